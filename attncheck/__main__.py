@@ -1,0 +1,4 @@
+"""`python -m attncheck` is the `attncheck` command."""
+from .cli import main
+
+main()

@@ -1,0 +1,146 @@
+"""The command line: a thin layer over attncheck.read_dump / attncheck.verify. Exit codes: 0 pass, 1 fail,
+2 unusable input or usage, 3 nothing could be verified."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+
+from .errors import DumpError
+from .report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED, SCHEMA, Report
+
+
+class DefaultGroup(click.Group):
+    """`attncheck [DUMP]` means `attncheck check [DUMP]`."""
+
+    def parse_args(self, ctx, args):
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
+            args = ["check", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="attncheck")
+def main() -> None:
+    """Verify llama.cpp attention in llama-eval-callback dumps.
+
+    llama-eval-callback -m model.gguf -p "How are" --flash-attn off 2>&1 | attncheck
+    """
+
+
+def _console(stderr: bool = False) -> Console:
+    """Rich console; a pipe or CI log gets 120 columns rather than rich's default 80."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, highlight=False, width=None if stream.isatty() else 120)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"attncheck: error: {message}", err=True)
+
+
+def _write_json(doc: dict, target: str | None) -> None:
+    text = json.dumps(doc, indent=2)
+    if target == "-":
+        click.echo(text)
+    elif target:
+        with open(target, "w") as f:
+            f.write(text + "\n")
+
+
+@main.command()
+@click.argument("dumps", nargs=-1, metavar="[DUMP]...")
+@click.option("--kq-scale", type=float, help="The scale SOFT_MAX applied to kq (default 1/sqrt(D_h)).")
+@click.option("--layer", "layers", type=int, multiple=True, help="Check only this layer (repeatable).")
+@click.option("--head", "heads", type=int, multiple=True, help="Check only this head (repeatable).")
+@click.option("--json", "json_out", metavar="FILE|-", help="Write the JSON report (schema 1); '-' for stdout.")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first failing site.")
+@click.option("-q", "--quiet", is_flag=True, help="Only the verdict line (and failures).")
+@click.option("-v", "--verbose", is_flag=True, help="Every check of every site.")
+def check(dumps, kq_scale, layers, heads, json_out, fail_fast, quiet, verbose):
+    """Check every attention head in one or more dumps (default: stdin)."""
+    from .verify import Options, verify
+
+    opts = Options(kq_scale=kq_scale, layers=frozenset(layers) or None, heads=frozenset(heads) or None,
+                   fail_fast=fail_fast)
+    console = _console(stderr=json_out == "-")
+    reports: list[Report] = []
+    codes: list[int] = []
+    for path in dumps or ("-",):
+        try:
+            report = verify(path, opts)
+        except DumpError as e:
+            _fail(str(e))
+            codes.append(EXIT_INPUT)
+            continue
+        except Exception as e:  # a bug: still one line, still exit 2
+            _fail(f"{path}: internal error ({type(e).__name__}: {e}); please report it with the dump")
+            codes.append(EXIT_INPUT)
+            continue
+        for w in report.warnings:
+            click.echo(f"attncheck: warning: {w}", err=True)
+        from .render import render
+
+        render(report, console, quiet=quiet, verbose=verbose)
+        reports.append(report)
+        codes.append(report.exit_code)
+        if fail_fast and report.exit_code == EXIT_FAIL:
+            break
+    if json_out:
+        docs = [r.to_dict() for r in reports]
+        _write_json(docs[0] if len(docs) == 1 and len(codes) == 1 else {"schema": SCHEMA, "dumps": docs}, json_out)
+    sys.exit(_combine(codes))
+
+
+def _combine(codes: list[int]) -> int:
+    """Several dumps: a failed check outranks unusable input, which outranks nothing verified."""
+    for code in (EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED):
+        if code in codes:
+            return code
+    return EXIT_PASS
+
+
+@main.command(name="list")
+@click.argument("dump", default="-")
+def list_(dump):
+    """What a dump holds: runs, evaluations, nodes, attention sites."""
+    from rich.table import Table
+
+    from .graph import read_dump
+
+    console = _console()
+    try:
+        d = read_dump(dump)
+        table = Table(title=f"{d.source}", title_justify="left", header_style="bold")
+        for col in ("eval", "run", "n_past", "T", "nodes", "layer", "kq", "kq_soft_max", "kqv", "H", "H_kv", "D_h", "n_kv"):
+            table.add_column(col)
+        n_ev = 0
+        for ev in d.evaluations():
+            n_ev += 1
+            first = True
+            for s in ev.sites or [None]:
+                head = [str(ev.index), str(ev.run), str(ev.n_past), str(ev.T), str(len(ev.nodes))] if first else [""] * 5
+                first = False
+                if s is None:
+                    what = f"{len(ev.flash)} FLASH_ATTN_EXT" if ev.flash else "no attention"
+                    table.add_row(*head, "", what, *[""] * 7)
+                    continue
+                table.add_row(*head, str(s.layer), f"{s.kq.name if s.kq else '-'} (line {s.kq.line if s.kq else '-'})",
+                              f"{s.softmax.name} (line {s.softmax.line})",
+                              f"{s.kqv.name} (line {s.kqv.line})" if s.kqv else "-",
+                              str(s.H), str(s.H_kv), str(s.D_h), str(s.n_kv))
+            ev.nodes.clear()
+    except DumpError as e:
+        _fail(str(e))
+        sys.exit(EXIT_INPUT)
+    console.print(table)
+    for r in d.runs:
+        console.print(f"run at line {r.line}: {len(r.tokens)} tokens {list(r.tokens)}")
+    for n in d.notes:
+        console.print(f"[yellow]warning: line {n.line}: {n.message}[/]")
+    sys.exit(EXIT_PASS if n_ev else EXIT_UNVERIFIED)
+
+
+if __name__ == "__main__":
+    main()

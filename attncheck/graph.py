@@ -1,0 +1,205 @@
+"""Records → evaluations → attention sites, found by op and by the sources headers name, never by fixed names.
+
+One evaluation is one run of the compute graph (one ubatch); with `-ub N` the node sequence repeats, and the
+graph starting again (its first node recurring) is the only boundary mark. A `number of input tokens` line
+starts a new llama.cpp run, and n_past starts again at 0.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterable, Iterator
+
+from .errors import DumpError
+from .records import Node, Note, RunStart, scan
+
+# ops that pass scores through on their way to SOFT_MAX (kq_scaled, kq_tanh, kq_plus_kq_b, soft-capping)
+_SCORE_PASSTHROUGH = {"SCALE", "TANH", "ADD", "MUL", "CPY", "CONT", "RESHAPE", "VIEW", "PERMUTE", "UNARY"}
+_LAYER = re.compile(r"-(\d+)(?:\s|$)")
+
+
+@dataclass(eq=False)
+class Site:
+    """One layer's attention in one evaluation (flash attention off).
+
+    kq:      MUL_MAT(k, q)          ne {n_kv, T, H, 1}    raw scores, not yet scaled
+    softmax: SOFT_MAX(scores, mask) ne {n_kv, T, H, 1}    P = softmax(scores * kq_scale + mask)
+    kqv:     MUL_MAT(v, softmax)    ne {D_h, T, H, 1}     O = P V per head
+    k:       K cache view           ne {D_h, n_kv, H_kv, 1}
+    v:       V cache view           ne {n_kv, D_h, H_kv, 1}
+    q:       queries                ne {D_h, T, H, 1}
+    """
+
+    layer: int
+    softmax: Node
+    scores: Node | None  # the node SOFT_MAX reads: kq itself, or kq_scaled etc.
+    kq: Node | None
+    k: Node | None
+    q: Node | None
+    kqv: Node | None
+    v: Node | None
+
+    @property
+    def n_kv(self) -> int:
+        return self.softmax.ne[0]
+
+    @property
+    def T(self) -> int:
+        return self.softmax.ne[1]
+
+    @property
+    def H(self) -> int:
+        return self.softmax.ne[2]
+
+    @property
+    def H_kv(self) -> int:
+        if self.v is not None:
+            return self.v.ne[2]
+        return self.k.ne[2] if self.k is not None else self.H
+
+    @property
+    def D_h(self) -> int | None:
+        if self.kq is not None and self.kq.srcs[0] is not None:
+            return self.kq.srcs[0].ne[0]
+        return self.kqv.ne[0] if self.kqv is not None else None
+
+
+@dataclass(eq=False)
+class Evaluation:
+    """One evaluation of the graph: its nodes in print order, its attention sites, and where it sits in its run."""
+
+    index: int  # 0-based over the whole dump
+    run: int  # 0-based; a `number of input tokens` line starts a new run
+    index_in_run: int
+    n_past: int | None  # tokens of earlier evaluations of the same run (None once a T was unknown)
+    tokens: tuple[int, ...] | None  # the run's token ids, when the log printed them
+    nodes: list[Node] = field(default_factory=list)
+    sites: list[Site] = field(default_factory=list)
+    flash: list[Node] = field(default_factory=list)  # FLASH_ATTN_EXT nodes: no scores or weights printed
+
+    @property
+    def T(self) -> int | None:
+        """Queries in this evaluation: ne1 of kq, or ne2 of FLASH_ATTN_EXT ({D_h, H, T, 1})."""
+        if self.sites:
+            return self.sites[0].T
+        if self.flash:
+            return self.flash[0].ne[2]
+        return None
+
+
+def _layer_of(node: Node, fallback: int) -> int:
+    m = _LAYER.search(node.name)
+    return int(m.group(1)) if m else fallback
+
+
+def find_sites(nodes: list[Node]) -> tuple[list[Site], list[Node]]:
+    """Attention sites of one evaluation: each SOFT_MAX, back to its MUL_MAT(k, q), on to the MUL_MAT(v, P)."""
+    sites: list[Site] = []
+    flash: list[Node] = []
+    readers: dict[int, Node] = {}  # id(softmax) -> the first MUL_MAT that reads it as src1
+    for node in nodes:
+        if node.op == "MUL_MAT" and node.inputs[1] is not None and node.inputs[1].op == "SOFT_MAX":
+            readers.setdefault(id(node.inputs[1]), node)
+    for node in nodes:
+        if node.op == "FLASH_ATTN_EXT":
+            flash.append(node)
+        if node.op != "SOFT_MAX":
+            continue
+        scores = node.inputs[0]
+        kq = scores
+        while kq is not None and kq.op != "MUL_MAT" and kq.op in _SCORE_PASSTHROUGH:
+            kq = kq.inputs[0]
+        if kq is not None and kq.op != "MUL_MAT":
+            kq = None
+        kqv = readers.get(id(node))
+        sites.append(
+            Site(
+                layer=_layer_of(node, _layer_of(kq, len(sites)) if kq is not None else len(sites)),
+                softmax=node,
+                scores=scores,
+                kq=kq,
+                k=kq.inputs[0] if kq is not None else None,
+                q=kq.inputs[1] if kq is not None else None,
+                kqv=kqv,
+                v=kqv.inputs[0] if kqv is not None else None,
+            )
+        )
+    return sites, flash
+
+
+class Dump:
+    """A dump being read: iterate `evaluations()` once; `notes`, `runs` fill in as it is read."""
+
+    def __init__(self, stream: BinaryIO, source: str):
+        self.source = source
+        self._stream = stream
+        self.notes: list[Note] = []
+        self.runs: list[RunStart] = []
+        self.cut: Node | None = None  # the node the input ended inside, if any
+        self._read = False
+
+    def evaluations(self) -> Iterator[Evaluation]:
+        """Evaluations in order, each whole (its nodes resolved) before it is yielded, then dropped by the caller."""
+        if self._read:
+            raise RuntimeError("a dump is read once; call read_dump again")
+        self._read = True
+        return self._evaluations(scan(self._stream, self.source))
+
+    def _evaluations(self, records: Iterable) -> Iterator[Evaluation]:
+        current: Evaluation | None = None
+        latest: dict[str, Node] = {}
+        first_key: tuple | None = None
+        run, index, in_run = -1, 0, 0
+        n_past: int | None = 0
+        tokens: tuple[int, ...] | None = None
+
+        def finish(ev: Evaluation) -> Evaluation:
+            ev.sites, ev.flash = find_sites(ev.nodes)
+            return ev
+
+        for rec in records:
+            if isinstance(rec, Note):
+                self.notes.append(rec)
+                continue
+            if isinstance(rec, RunStart):
+                self.runs.append(rec)
+                if current is not None:
+                    yield finish(current)
+                    index += 1
+                current, latest, first_key = None, {}, None
+                run, in_run, n_past, tokens = run + 1, 0, 0, rec.tokens
+                continue
+            node: Node = rec
+            key = (node.name, node.op, node.srcs[0].name if node.srcs[0] else None)
+            if current is not None and key == first_key:
+                yield finish(current)
+                T = current.T
+                n_past = None if (T is None or n_past is None) else n_past + T
+                index, in_run = index + 1, in_run + 1
+                current, latest = None, {}
+            if current is None:
+                if run < 0:
+                    run = 0
+                current = Evaluation(index, run, in_run, n_past, tokens)
+                first_key = key
+            node.inputs = tuple(latest.get(s.name) if s is not None else None for s in node.srcs)  # type: ignore
+            latest[node.name] = node
+            current.nodes.append(node)
+            if node.cut:
+                self.cut = node
+        if current is not None:
+            yield finish(current)
+
+
+def read_dump(source: str | BinaryIO = "-", name: str | None = None) -> Dump:
+    """Open a dump: a path, '-' for stdin, or a binary file object. Reading happens as evaluations are iterated."""
+    import sys
+
+    if hasattr(source, "read"):
+        return Dump(source, name or getattr(source, "name", "<stream>"))  # type: ignore[arg-type]
+    if source == "-":
+        return Dump(sys.stdin.buffer, name or "<stdin>")
+    try:
+        return Dump(open(source, "rb"), name or str(source))
+    except OSError as e:
+        raise DumpError(str(source), None, f"cannot read: {e.strerror}") from None

@@ -1,0 +1,206 @@
+"""Text → records: one pass over a llama.cpp debug dump, cutting it into node records.
+
+A node is a header line (`common_debug_cb_eval:` today, `ggml_debug:` before PR #17914), then its printed body.
+Only headers are parsed here; a body stays raw text until a check asks for its numbers (see `sample.py`).
+The input is read in chunks, so memory does not grow with the size of the dump.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator, NamedTuple
+
+from .errors import DumpError
+
+PREFIXES = (b"common_debug_cb_eval", b"ggml_debug")
+CHUNK = 8 << 20
+
+# `%s: %24s = (%s) %10s(%s, %s}) = {%s}`: the literal `_debug...: ` lets the regex engine skip ahead fast.
+_HEADER_AT = re.compile(rb"_debug(?:_cb_eval)?: ([^\n]*)")
+_HEADER = re.compile(
+    r"(?P<name>.*?) = \((?P<type>[^()\s]+)\) *(?P<op>[A-Z0-9_]+)\((?P<srcs>.*)\}\) = \{(?P<ne>[-\d, ]+)\}\s*$"
+)
+_SRC = re.compile(r"(?P<name>.*?)\{(?P<ne>[-\d, ]+)\}$")
+_TOKENS = re.compile(rb"number of input tokens = (\d+)[^\n]*\n")
+_TOKEN_ID = re.compile(rb"[^\n]*?\s(\d+)[ \t\r]*\n")
+
+
+class Src(NamedTuple):
+    """A source as a header names it: the name of the latest earlier node so called, and its ne."""
+
+    name: str
+    ne: tuple[int, int, int, int]
+
+
+@dataclass(eq=False)
+class Node:
+    """One printed graph node. `ne` is GGML order {ne0, ne1, ne2, ne3}; ne0 varies fastest."""
+
+    name: str
+    type: str
+    op: str
+    srcs: tuple[Src | None, Src | None]
+    ne: tuple[int, int, int, int]
+    line: int  # 1-based line of the header
+    body: bytes  # the raw printed body, up to the next header
+    body_line: int  # 1-based line where the body starts
+    cut: bool = False  # the input ended inside this node
+    inputs: tuple["Node | None", "Node | None"] = field(default=(None, None), repr=False)  # resolved by graph.py
+
+    @property
+    def quantized(self) -> bool:
+        """Quantized tensors (q8_0, q4_K, ...) print their header only."""
+        return self.type not in ("f32", "f16", "bf16", "f64", "i32", "i16", "i8", "i64")
+
+
+class RunStart(NamedTuple):
+    """`number of input tokens = N` and the N ids after it: a new llama.cpp run begins."""
+
+    line: int
+    tokens: tuple[int, ...]
+
+
+class Note(NamedTuple):
+    """Something odd in the text that no check needed: reported as a warning."""
+
+    line: int
+    message: str
+
+
+Record = Node | RunStart | Note
+
+
+@lru_cache(maxsize=4096)
+def _ne(text: str) -> tuple[int, int, int, int]:
+    dims = tuple(map(int, text.split(",")))
+    if len(dims) != 4 or min(dims) < 0:
+        raise ValueError(text)
+    return dims  # type: ignore[return-value]
+
+
+@lru_cache(maxsize=8192)
+def parse_header(rest: str) -> tuple[str, str, str, tuple[Src | None, Src | None], tuple[int, int, int, int]] | None:
+    """Split the part of a header after the prefix; None when it is not a whole header."""
+    m = _HEADER.match(rest)
+    if not m:
+        return None
+    srcs_text = m["srcs"]
+    # "src0{ne}, src1{ne}" or "src0{ne}, " (no src1) or ", " (no sources); names may hold ", " themselves,
+    # but ne never holds a brace, so split after the first "}, ".
+    cut = srcs_text.find("}, ")
+    if cut >= 0:
+        s0, s1 = srcs_text[: cut + 1], srcs_text[cut + 3 :]
+    elif srcs_text.startswith(", "):
+        s0, s1 = "", srcs_text[2:]
+    else:
+        return None
+    srcs: list[Src | None] = []
+    for text in (s0, s1):
+        if not text:
+            srcs.append(None)
+            continue
+        sm = _SRC.match(text)
+        if not sm:
+            return None
+        try:
+            srcs.append(Src(sm["name"].strip(), _ne(sm["ne"])))
+        except ValueError:
+            return None
+    try:
+        ne = _ne(m["ne"])
+    except ValueError:
+        return None
+    return m["name"].strip(), m["type"], m["op"], (srcs[0], srcs[1]), ne
+
+
+def scan(stream: BinaryIO, source: str) -> Iterator[Record]:
+    """Yield the records of a dump in order: RunStart at each token list, Node per header, Note per oddity."""
+    carry = b""
+    line = 1  # line number of the first byte of `carry`
+    first = True
+    pending: tuple | None = None  # the header waiting for its body: (name, type, op, srcs, ne, line, body_line)
+    seen_header = False
+    while True:
+        chunk = stream.read(CHUNK)
+        if first:
+            if chunk.startswith(b"GGUF"):
+                raise DumpError(source, 1, "this is a GGUF model file, not a dump (give it with --model)")
+            if chunk.startswith(b"\xef\xbb\xbf"):
+                chunk = chunk[3:]
+            first = False
+        eof = not chunk
+        buf = carry + chunk
+        # headers and token lists are whole lines: leave a partial last line for the next round
+        end = len(buf) if eof else buf.rfind(b"\n") + 1
+        pos = 0  # start of the text not yet given to a node
+        for m in _HEADER_AT.finditer(buf, 0, end):
+            start = buf.rfind(b"\n", 0, m.start()) + 1  # the header's line start
+            if start < pos:  # a second prefix on a header's own line: not a header of its own
+                continue
+            body = buf[pos:start]
+            yield from _tokens(body, line, source)
+            header_line = line + body.count(b"\n")
+            if pending is not None:
+                yield _node(pending, body)
+            line, pos = header_line + 1, m.end() + 1
+            parsed = parse_header(m.group(1).decode("utf-8", "replace"))
+            if parsed is None:
+                yield Note(header_line, "damaged header line (interleaved output?): skipped with its body")
+                pending = None
+                continue
+            lead = buf[start : m.start()]
+            if lead != (b"common" if m.group(0).startswith(b"_debug_cb_eval") else b"ggml"):
+                yield Note(header_line, f"header of '{parsed[0]}' shares its line with other output")
+            seen_header = True
+            pending = (*parsed, header_line, line)
+        carry = buf[pos:]
+        if not eof:
+            continue
+        yield from _tokens(carry, line, source)
+        if pending is not None:
+            node = _node(pending, carry)
+            node.cut = not _ends_whole(carry)
+            yield node
+        if not seen_header:
+            if not buf.strip():
+                raise DumpError(source, None, "empty input: no llama.cpp tensor dump")
+            raise DumpError(
+                source, None,
+                "no tensor dump found (no 'common_debug_cb_eval:' or 'ggml_debug:' header lines); "
+                "run llama-eval-callback and pipe its output with 2>&1",
+            )
+        return
+
+
+def _node(pending: tuple, body: bytes) -> Node:
+    name, type_, op, srcs, ne, line, body_line = pending
+    return Node(name, type_, op, srcs, ne, line, body, body_line)
+
+
+def _ends_whole(body: bytes) -> bool:
+    """A printed node ends with its `sum = ` line (quantized ones print no body at all)."""
+    tail = body.rstrip()
+    if not tail:
+        return True
+    last = tail[tail.rfind(b"\n") + 1 :]
+    return last.strip().startswith(b"sum = ")
+
+
+def _tokens(text: bytes, line: int, source: str) -> Iterator[RunStart]:
+    """Token lists live in the log text between nodes (before the first node of a run)."""
+    at = text.find(b"number of input tokens")
+    while at >= 0:
+        m = _TOKENS.match(text, at)
+        if not m:
+            break
+        n = int(m.group(1))
+        ids, p = [], m.end()
+        for _ in range(n):
+            tm = _TOKEN_ID.match(text, p)
+            if not tm:
+                break
+            ids.append(int(tm.group(1)))
+            p = tm.end()
+        yield RunStart(line + text.count(b"\n", 0, at), tuple(ids))
+        at = text.find(b"number of input tokens", p)

@@ -1,0 +1,122 @@
+"""Report → text for people: a rich table per dump, failures by head, a one-line verdict."""
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from .report import EXIT_FAIL, EXIT_PASS, Report, SiteReport
+
+CHECK_TITLES = {
+    "finite": "printed values are numbers",
+    "masked": "masked weights are 0",
+    "softmax": "kq_soft_max = softmax(kq·scale + mask)",
+    "softmax_ratio": "p_j/p_k = exp(scale·(s_j − s_k))",
+    "pv": "kqv = P·V",
+    "sum": "SOFT_MAX sum line",
+}
+
+
+def _status(ok: bool) -> str:
+    return "[green]PASS[/]" if ok else "[bold red]FAIL[/]"
+
+
+def site_table(report: Report, verbose: bool = False) -> Table:
+    """One row per evaluation × layer: what was checked, the worst error against its bound, and the status."""
+    t = Table(title=f"attention in {report.source}", title_justify="left", header_style="bold",
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("eval", "queries", "layer", "P rows", "ratios", "masked", "kqv", "worst err", "bound", "need", ""):
+        t.add_column(col, justify="left" if col in ("", "queries") else "right", no_wrap=col != "")
+    for s in report.sites:
+        worst = max(s.results, key=lambda r: r.ratio)
+        pv = s.result("pv")
+        t.add_row(
+            str(s.evaluation), f"{s.n_past}..{s.n_past + s.T - 1}", str(s.layer),
+            f"{s.rows_whole}/{s.rows_printed}", str(s.checked("softmax_ratio")), str(s.checked("masked")),
+            f"{pv.checked}/{pv.checked + pv.unchecked}" if pv else "-",
+            f"{worst.max_error:.1e}", f"{worst.bound:.1e}", f"{worst.ratio:.2f}", _status(s.passed),
+        )
+        if verbose or not s.passed:
+            for r in s.results:
+                if verbose or not r.passed:
+                    where = "" if r.worst is None or not r.max_error else " at " + _where(r.worst)
+                    t.add_row("", f"[dim]{r.check}[/]", "", "", "", "", str(r.checked),
+                              f"{r.max_error:.1e}", f"{r.bound:.1e}", f"{r.ratio:.2f}",
+                              f"{_status(r.passed)} {CHECK_TITLES[r.check]}{where}")
+    return t
+
+
+def _where(at) -> str:
+    parts = [f"head {at.head}", f"query {at.query}"]
+    if at.slot is not None:
+        parts.append(f"slot {at.slot}")
+    if at.dim is not None:
+        parts.append(f"dim {at.dim}")
+    return ", ".join(parts)
+
+
+def failure_lines(report: Report, limit: int = 10) -> list[str]:
+    """The first failing elements, each with its logical place: evaluation, layer, head, query, slot or dim."""
+    out: list[str] = []
+    for s in report.failed_sites:
+        for r in s.results:
+            if r.passed:
+                continue
+            if r.check == "sum":
+                f = r.failures[0]
+                out.append(f"eval {s.evaluation} layer {s.layer}: {r.node} (line {r.line}) sum = {f.got:.6f}, "
+                           f"expected {f.want:.6f} ± {f.bound:.1e} ({r.note})")
+                continue
+            for f in r.failures[: max(1, limit - len(out))]:
+                out.append(f"eval {s.evaluation} layer {s.layer} {_where(f.at)}: {r.node} (line {r.line}) "
+                           f"{f.got:.4f}, recomputed {f.want:.4f}: |err| {abs(f.got - f.want):.1e} > bound "
+                           f"{f.bound:.1e} [{CHECK_TITLES[r.check]}]")
+            if len(out) >= limit:
+                return out
+    return out
+
+
+def verdict(report: Report) -> str:
+    """One line: PASS/FAIL/UNVERIFIED with what was covered."""
+    t = report.totals()
+    code = report.exit_code
+    evs = f"{report.evaluations} evaluation{'s' * (report.evaluations != 1)}"
+    covered = (f"{t['softmax_rows_checked']} softmax rows, {t['softmax_ratio_elements_checked']} weight ratios, "
+               f"{t['masked_weights_checked']} masked weights, {t['kqv_elements_checked']} kqv elements checked "
+               f"in {t['sites']} sites ({evs})")
+    if code == EXIT_PASS:
+        return f"PASS {report.source}: {covered}"
+    if code == EXIT_FAIL:
+        return f"FAIL {report.source}: {t['sites_failed']} of {t['sites']} sites failed; {covered}"
+    return f"UNVERIFIED {report.source}: {report.unverified_reason()}"
+
+
+def coverage_lines(report: Report) -> list[str]:
+    """What could not be checked from the dump alone, and why."""
+    if not report.sites:
+        return []
+    t = report.totals()
+    s0 = report.sites[0]
+    lines = [f"kq_scale: {'given ' + format(report.kq_scale, 'g') if report.kq_scale is not None else '1/sqrt(D_h) = ' + format(s0.kq_scale, '.6g')}"
+             + (f"; inferred from the data: {report.inferred_kq_scale:.6g} ({report.inferred_rows} rows)"
+                if report.inferred_kq_scale is not None else "")]
+    lines.append(f"not checkable from a dump alone: kq itself (k·q needs all D_h = {s0.D_h} components of q and k; "
+                 "llama.cpp prints 6)")
+    unprinted = t["softmax_rows_printed"] - t["softmax_rows_checked"]
+    if unprinted:
+        lines.append(f"{unprinted} printed softmax rows have visible slots that were not printed: checked by weight "
+                     f"ratios only; their {t['kqv_elements_unchecked']} kqv elements are not checkable")
+    return lines
+
+
+def render(report: Report, console: Console, *, quiet: bool = False, verbose: bool = False) -> None:
+    if not quiet and report.sites:
+        console.print(site_table(report, verbose))
+        for line in coverage_lines(report):
+            console.print(f"[dim]{line}[/]", highlight=False)
+    for line in failure_lines(report):
+        console.print(f"[red]{line}[/]", highlight=False, soft_wrap=True)
+    if report.hint:
+        console.print(f"[yellow]hint: {report.hint}[/]", highlight=False)
+    style = {EXIT_PASS: "bold green", EXIT_FAIL: "bold red"}.get(report.exit_code, "bold yellow")
+    console.print(f"[{style}]{verdict(report)}[/]", highlight=False, soft_wrap=True)

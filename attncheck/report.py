@@ -1,0 +1,152 @@
+"""Checks → report data: per-site results, coverage, verdict, exit code, and the JSON document (schema 1)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .checks import CheckResult
+
+SCHEMA = 1
+EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED = 0, 1, 2, 3
+
+
+@dataclass
+class SiteReport:
+    """The checks of one evaluation × layer."""
+
+    evaluation: int
+    run: int
+    n_past: int
+    T: int
+    layer: int
+    H: int
+    H_kv: int
+    D_h: int | None
+    n_kv: int
+    kq_scale: float
+    nodes: dict[str, str | None]
+    line: int
+    results: list[CheckResult]
+    rows_whole: int  # printed softmax rows whose visible slots were all printed
+    rows_printed: int
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def result(self, check: str) -> CheckResult | None:
+        return next((r for r in self.results if r.check == check), None)
+
+    def checked(self, check: str) -> int:
+        return sum(r.checked for r in self.results if r.check == check)
+
+
+@dataclass
+class Report:
+    source: str
+    kq_scale: float | None = None  # given with --kq-scale; None: 1/sqrt(D_h)
+    sites: list[SiteReport] = field(default_factory=list)
+    evaluations: int = 0
+    runs: int = 0
+    tokens: list[tuple[int, ...]] = field(default_factory=list)
+    flash_nodes: int = 0
+    inferred_kq_scale: float | None = None
+    inferred_rows: int = 0
+    hint: str = ""
+    warnings: list[str] = field(default_factory=list)
+    stopped_early: bool = False
+
+    @property
+    def checked(self) -> int:
+        return sum(r.checked for s in self.sites for r in s.results)
+
+    @property
+    def failed_sites(self) -> list[SiteReport]:
+        return [s for s in self.sites if not s.passed]
+
+    @property
+    def exit_code(self) -> int:
+        if self.failed_sites:
+            return EXIT_FAIL
+        if not self.sites or self.checked == 0:
+            return EXIT_UNVERIFIED
+        return EXIT_PASS
+
+    @property
+    def verdict(self) -> str:
+        return {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_UNVERIFIED: "unverified"}[self.exit_code]
+
+    def totals(self) -> dict[str, int]:
+        t = lambda c: sum(s.checked(c) for s in self.sites)  # noqa: E731
+        return {
+            "sites": len(self.sites),
+            "sites_failed": len(self.failed_sites),
+            "softmax_rows_printed": sum(s.rows_printed for s in self.sites),
+            "softmax_rows_checked": sum(s.rows_whole for s in self.sites),
+            "softmax_elements_checked": t("softmax"),
+            "softmax_ratio_elements_checked": t("softmax_ratio"),
+            "masked_weights_checked": t("masked"),
+            "kqv_elements_checked": t("pv"),
+            "kqv_elements_unchecked": sum(r.unchecked for s in self.sites for r in s.results if r.check == "pv"),
+            "sums_checked": t("sum"),
+        }
+
+    def unverified_reason(self) -> str:
+        if self.flash_nodes and not self.sites:
+            return (f"{self.flash_nodes} FLASH_ATTN_EXT nodes and no kq/kq_soft_max/kqv: flash attention prints no "
+                    "scores or weights. Re-run llama.cpp with --flash-attn off to check attention from the dump alone.")
+        if not self.sites:
+            return "no attention sites (no SOFT_MAX node) in this dump"
+        return "attention sites were found, but none of their printed elements could be checked"
+
+    def to_dict(self) -> dict:
+        from . import __version__
+
+        return {
+            "schema": SCHEMA,
+            "tool": "attncheck",
+            "version": __version__,
+            "source": self.source,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "kq_scale": {"value": self.kq_scale, "origin": "--kq-scale" if self.kq_scale is not None else "1/sqrt(D_h)"},
+            "inferred_kq_scale": {"value": self.inferred_kq_scale, "rows": self.inferred_rows},
+            "hint": self.hint or None,
+            "reason": self.unverified_reason() if self.exit_code == EXIT_UNVERIFIED else None,
+            "runs": self.runs,
+            "tokens": [list(t) for t in self.tokens],
+            "evaluations": self.evaluations,
+            "flash_attention_nodes": self.flash_nodes,
+            "stopped_early": self.stopped_early,
+            "totals": self.totals(),
+            "sites": [_site_dict(s) for s in self.sites],
+            "warnings": self.warnings,
+        }
+
+
+def _loc(at) -> dict | None:
+    return None if at is None else {k: v for k, v in at._asdict().items() if v is not None}
+
+
+def _num(x: float):
+    """JSON has no inf/nan: write them as strings."""
+    return x if x == x and abs(x) != float("inf") else str(x)
+
+
+def _site_dict(s: SiteReport) -> dict:
+    return {
+        "evaluation": s.evaluation, "run": s.run, "n_past": s.n_past, "T": s.T, "layer": s.layer,
+        "H": s.H, "H_kv": s.H_kv, "D_h": s.D_h, "n_kv": s.n_kv, "kq_scale": s.kq_scale,
+        "nodes": s.nodes, "line": s.line, "passed": s.passed,
+        "softmax_rows": {"printed": s.rows_printed, "checked": s.rows_whole},
+        "checks": [
+            {
+                "check": r.check, "node": r.node, "line": r.line, "passed": r.passed,
+                "checked": r.checked, "unchecked": r.unchecked, "why_unchecked": r.why_unchecked or None,
+                "max_error": _num(r.max_error), "bound": _num(r.bound), "ratio": _num(r.ratio),
+                "worst": _loc(r.worst), "failed": r.failed, "note": r.note or None,
+                "failures": [{"at": _loc(f.at), "got": _num(f.got), "want": _num(f.want), "bound": _num(f.bound)}
+                             for f in r.failures],
+            }
+            for r in s.results
+        ],
+    }

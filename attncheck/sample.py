@@ -1,0 +1,143 @@
+"""Records → printed samples: the numbers of one node, indexed by logical position.
+
+llama.cpp prints, along every dimension of more than 6 entries, only the first 3 and the last 3 indices
+(`common/debug.cpp`, n = 3). A `Sample` keeps which logical indices were printed, so that no code confuses
+"printed position 3" with "slot 253".
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .errors import DumpError
+from .records import Node
+
+EDGE = 3  # llama.cpp prints the first and last EDGE indices of a long dimension
+
+_NUMBER = re.compile(rb"-?(?:\d+\.\d+|nan|inf)")
+_SKELETON = re.compile(rb"\s+|-?(?:\d+\.\d+|nan|inf)")  # what is left of a body without numbers and spaces
+_FOREIGN_LINE = re.compile(rb"(?m)^[^\s\n][^\n]*(?:\n|$)")  # log lines start in column 0; printed lines never do
+
+
+def printed_indices(n: int) -> np.ndarray:
+    """The logical indices llama.cpp prints along a dimension of n entries."""
+    if n <= 2 * EDGE:
+        return np.arange(n)
+    return np.array([*range(EDGE), *range(n - EDGE, n)])
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The printed part of a tensor.
+
+    values: [n3, n2, n1, n0] printed values, numpy order of GGML's (i3, i2, i1, i0);
+    index:  the logical indices printed along each of those four axes;
+    sums:   the `sum = ` line after each i3 block (full tensor today, printed values only before PR #15637).
+    """
+
+    node: Node
+    values: np.ndarray
+    index: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    sums: tuple[float, ...]
+
+    @property
+    def complete(self) -> bool:
+        """Every element was printed: nothing elided."""
+        return all(len(ix) == n for ix, n in zip(self.index, reversed(self.node.ne)))
+
+    def position(self, axis: int, logical: int) -> int | None:
+        """Printed position of a logical index along a numpy axis (0 = i3 ... 3 = i0), or None if not printed."""
+        hits = np.flatnonzero(self.index[axis] == logical)
+        return int(hits[0]) if len(hits) else None
+
+
+@lru_cache(maxsize=1024)
+def _layout(ne: tuple[int, int, int, int]) -> tuple[bytes, tuple[bytes, ...]]:
+    """The skeleton llama.cpp prints for this ne, whole and line by line (spaces and numbers removed)."""
+    lines: list[bytes] = []
+    n0, n1, n2, n3 = ne
+    p0, p1, p2 = (len(printed_indices(n)) for n in (n0, n1, n2))
+    row = b"[" + b",".join([b""] * p0) + b"],"
+    if n0 > 2 * EDGE:
+        row = b"[" + b"," * EDGE + b"...," + b"," * (EDGE - 1) + b"],"
+    elif n0 == 0:
+        row = b"[],"
+    for _ in range(n3):
+        lines.append(b"[")
+        for i2 in range(p2):
+            if i2 == EDGE and n2 > 2 * EDGE:
+                lines.append(b"...,")
+            lines.append(b"[")
+            for i1 in range(p1):
+                if i1 == EDGE and n1 > 2 * EDGE:
+                    lines.append(b"...,")
+                lines.append(row)
+            lines.append(b"],")
+        lines.append(b"]")
+        lines.append(b"sum=")
+    return b"".join(lines), tuple(lines)
+
+
+def _clean(body: bytes) -> bytes:
+    """The body without the log lines that stdout/stderr interleaving put between its lines."""
+    return _FOREIGN_LINE.sub(b"", body) if _FOREIGN_LINE.search(body) else body
+
+
+def parse_sample(node: Node, source: str) -> Sample:
+    """Parse a node's printed body into a Sample; DumpError names the first line that does not fit its ne."""
+    if node.quantized:
+        raise DumpError(source, node.line, f"node '{node.name}' is {node.type}: quantized tensors print no values")
+    body = _clean(node.body)
+    skeleton, _ = _layout(node.ne)
+    if _SKELETON.sub(b"", body) != skeleton:
+        _locate_damage(node, source)
+    n0, n1, n2, n3 = node.ne
+    index = (np.arange(n3), printed_indices(n2), printed_indices(n1), printed_indices(n0))
+    shape = tuple(len(ix) for ix in index)
+    per_block = shape[1] * shape[2] * shape[3]
+    numbers = np.array(_NUMBER.findall(body)).astype(np.float64).reshape(n3, per_block + 1)
+    values = numbers[:, :per_block].reshape(shape)
+    return Sample(node, values, index, tuple(numbers[:, -1].tolist()))
+
+
+def _locate_damage(node: Node, source: str) -> None:
+    """Walk the body line by line against the expected layout and raise at the first line that differs."""
+    _, expected = _layout(node.ne)
+    if node.cut:
+        last = node.body_line + node.body.rstrip().count(b"\n")
+        raise DumpError(source, last, f"the dump ends inside node '{node.name}' (header at line {node.line})")
+    line = node.body_line
+    k = 0
+    for raw in node.body.split(b"\n"):
+        text = raw.strip()
+        if text and raw[:1].isspace() or raw.startswith(b"[") or raw.startswith(b"]"):
+            got = _SKELETON.sub(b"", raw)
+            if k >= len(expected) or got != expected[k]:
+                what = "more lines than its ne" if k >= len(expected) else _describe(expected[k])
+                shown = raw.strip().decode("utf-8", "replace")[:60]
+                raise DumpError(
+                    source, line,
+                    f"node '{node.name}' (ne {{{', '.join(map(str, node.ne))}}}): expected {what}, found '{shown}'",
+                )
+            k += 1
+        line += 1
+    cut = "the dump ends" if node.cut else "the next node starts"
+    raise DumpError(
+        source, line - 1,
+        f"node '{node.name}' is incomplete: {cut} before its {_describe(expected[k])} (header at line {node.line})",
+    )
+
+
+def _describe(skeleton_line: bytes) -> str:
+    if skeleton_line == b"sum=":
+        return "'sum = ' line"
+    if skeleton_line == b"...,":
+        return "'...,' elision line"
+    if skeleton_line in (b"[", b"],", b"]"):
+        return f"bracket line '{skeleton_line.decode()}'"
+    inner = skeleton_line[1:-2]
+    n = inner.count(b",") + 1 - (b"..." in inner) if inner else 0
+    return f"a row of {n} printed values"

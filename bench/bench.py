@@ -1,0 +1,73 @@
+"""`make bench`: time and peak memory of `attncheck check` on the 48-layer benchmark dump.
+
+Figures are ratios against a baseline run in the same script (a bare Python line count of the same file),
+because these machines are noisy; each command runs as its own subprocess, best of --repeat runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build"
+BASELINE = 'import sys; sum(1 for _ in open(sys.argv[1], "rb"))'
+
+
+def unpack(xz: Path) -> Path:
+    out = BUILD / xz.name.removesuffix(".xz")
+    if not out.exists() or out.stat().st_mtime < xz.stat().st_mtime:
+        BUILD.mkdir(exist_ok=True)
+        with lzma.open(xz) as src, open(out.with_suffix(".tmp"), "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        out.with_suffix(".tmp").rename(out)
+    return out
+
+
+def measure(cmd: list[str], repeat: int) -> tuple[float, float, int]:
+    """Best wall time (s), peak RSS (MB) of that run, and its exit code."""
+    best = (float("inf"), 0.0, 0)
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        if wall < best[0]:
+            best = (wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status))
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("dump", nargs="?", default=str(ROOT.parent / "shared" / "bench" / "gpt2-deep-48l.txt.xz"))
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    src = Path(args.dump)
+    if not src.exists():
+        print(f"bench: {src} not found (the benchmark dump ships in shared/bench/)", file=sys.stderr)
+        return 2
+    dump = unpack(src) if src.suffix == ".xz" else src
+    size = dump.stat().st_size / 1e6
+    base = measure([sys.executable, "-c", BASELINE, str(dump)], args.repeat)
+    check = measure([sys.executable, "-m", "attncheck", "check", str(dump), "--quiet"], args.repeat)
+    doc = json.loads(subprocess.run([sys.executable, "-m", "attncheck", "check", str(dump), "--json", "-"],
+                                    capture_output=True, text=True).stdout)
+    t = doc["totals"]
+    print(f"dump: {dump.name}, {size:.1f} MB, {doc['evaluations']} evaluations, {t['sites']} attention sites")
+    print(f"checked: {t['softmax_rows_checked']} softmax rows, {t['softmax_ratio_elements_checked']} weight ratios, "
+          f"{t['masked_weights_checked']} masked weights, {t['kqv_elements_checked']} kqv elements, "
+          f"{t['sums_checked']} sums; verdict {doc['verdict']}")
+    print(f"baseline (python line count): {base[0]:.3f} s, peak RSS {base[1]:.0f} MB")
+    print(f"attncheck check --quiet:      {check[0]:.3f} s, peak RSS {check[1]:.0f} MB, exit {check[2]}")
+    print(f"ratio attncheck / baseline:   {check[0] / base[0]:.2f}  (target <= 5; peak RSS target <= 150 MB)")
+    return 0 if check[2] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

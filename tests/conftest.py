@@ -1,0 +1,46 @@
+"""Shared fixtures: the real llama.cpp dumps copied into fixtures/, and a runner for the attncheck command."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+# every shipped dump is a correct llama.cpp run; the flash-attention one prints no scores (exit 3)
+DUMPS = {
+    "gpt2-how-are.txt": 0,
+    "gpt2-how-are-you.txt": 0,
+    "gpt2-long.txt": 0,
+    "gpt2-ubatch2.txt": 0,
+    "gpt2-kv-f32.txt": 0,
+    "gpt2-flash-attn.txt": 3,
+    "llama-gqa-draw.txt": 0,
+    "llama-gqa-long.txt": 0,
+    "old-llama-gqa-how-are-you.txt": 0,
+}
+
+
+class Run:
+    def __init__(self, proc: subprocess.CompletedProcess):
+        self.code = proc.returncode
+        self.out = proc.stdout
+        self.err = proc.stderr
+
+    def json(self) -> dict:
+        return json.loads(self.out)
+
+
+def attncheck(*args: str, stdin: bytes | None = None) -> Run:
+    """Run the real command line in a subprocess, as a user or CI would."""
+    proc = subprocess.run([sys.executable, "-m", "attncheck", *map(str, args)], input=stdin,
+                          capture_output=True, timeout=120)
+    return Run(subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()))
+
+
+@pytest.fixture
+def fixture_path():
+    return lambda name: FIXTURES / name

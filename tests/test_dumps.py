@@ -1,0 +1,79 @@
+"""Every shipped real dump verifies, and the counts show that the checks really ran."""
+from __future__ import annotations
+
+import pytest
+
+import attncheck
+from conftest import DUMPS, FIXTURES, attncheck as run
+
+# dumps/README.md: rows whose visible slots are all printed, and their kqv elements
+FULLY_CHECKABLE = {"gpt2-how-are.txt": (24, 144)}
+
+
+def softmax_nodes(path) -> int:
+    return sum(1 for line in open(path, encoding="utf-8", errors="replace") if " SOFT_MAX(" in line)
+
+
+@pytest.mark.parametrize("name", sorted(DUMPS))
+def test_exit_code(name):
+    r = run("check", FIXTURES / name, "--json", "-")
+    assert r.code == DUMPS[name], r.err + r.out[-2000:]
+    assert "Traceback" not in r.err
+
+
+@pytest.mark.parametrize("name", sorted(n for n, code in DUMPS.items() if code == 0))
+def test_sites_and_coverage(name):
+    report = attncheck.verify(FIXTURES / name)
+    totals = report.totals()
+    assert totals["sites"] == softmax_nodes(FIXTURES / name)
+    assert all(len(ev_sites) == 2 for ev_sites in _sites_per_eval(report))
+    rows, kqv = FULLY_CHECKABLE.get(name, (36, 216))
+    assert totals["softmax_rows_checked"] == rows
+    assert totals["kqv_elements_checked"] == kqv
+    assert totals["masked_weights_checked"] > 0
+    assert totals["sums_checked"] == totals["sites"]
+
+
+def _sites_per_eval(report):
+    evs = {}
+    for s in report.sites:
+        evs.setdefault(s.evaluation, []).append(s)
+    return evs.values()
+
+
+def test_json_counts_match_readme():
+    doc = run("check", FIXTURES / "gpt2-how-are.txt", "--json", "-").json()
+    assert doc["schema"] == 1 and doc["verdict"] == "pass"
+    assert doc["totals"]["softmax_rows_checked"] == 24
+    assert doc["totals"]["kqv_elements_checked"] == 144
+    assert doc["tokens"] == [[257, 260]]
+
+
+def test_ubatches_are_evaluations_with_n_past():
+    report = attncheck.verify(FIXTURES / "gpt2-ubatch2.txt")
+    assert [(s.evaluation, s.n_past, s.T) for s in report.sites if s.layer == 0] == [(0, 0, 2), (1, 2, 2), (2, 4, 2)]
+
+
+def test_flash_attention_says_how_to_get_scores():
+    r = run("check", FIXTURES / "gpt2-flash-attn.txt")
+    assert r.code == 3
+    assert "--flash-attn off" in r.out
+
+
+def test_old_format_sum_is_recognised_as_printed_only():
+    report = attncheck.verify(FIXTURES / "old-llama-gqa-how-are-you.txt")
+    notes = {s.result("sum").note for s in report.sites}
+    assert notes == {"printed values only (llama.cpp before PR #15637 summed what it printed)"}
+    today = attncheck.verify(FIXTURES / "llama-gqa-draw.txt")
+    assert {s.result("sum").note for s in today.sites} == {"full tensor: T·H rows that each sum to 1"}
+
+
+def test_kq_scale_is_inferred():
+    report = attncheck.verify(FIXTURES / "llama-gqa-long.txt")
+    assert report.inferred_kq_scale == pytest.approx(32 ** -0.5, rel=1e-3)
+
+
+def test_stdin_pipe():
+    r = run(stdin=(FIXTURES / "gpt2-how-are.txt").read_bytes())
+    assert r.code == 0
+    assert "PASS <stdin>" in r.out

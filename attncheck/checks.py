@@ -88,15 +88,18 @@ def _locator(view: SiteView, idx: tuple[np.ndarray, ...], last: str):
 def finite(view: SiteView) -> list[CheckResult]:
     """Every printed score, weight and output is a number: `%12.4f` prints nan/inf for real non-finite values."""
     out = []
-    for name, arr, last in (("scores", view.S, "slot"), ("weights", view.P, "slot"), ("output", view.O, "dim")):
+    for arr, node, last in ((view.S, view.site.scores, "slot"), (view.P, view.site.softmax, "slot"),
+                            (view.O, view.site.kqv, "dim")):
         if arr is None:
             continue
-        node = {"scores": view.site.scores, "weights": view.site.softmax, "output": view.site.kqv}[name]
-        bad = ~np.isfinite(arr)
-        idx = np.nonzero(bad) if bad.any() else np.nonzero(np.ones_like(bad))
+        if np.isfinite(arr).all():
+            out.append(CheckResult("finite", node.name, node.line, checked=arr.size))
+            continue
+        idx = np.nonzero(~np.isfinite(arr))
         vals = arr[idx]
-        out.append(compare("finite", node, vals, np.where(np.isfinite(vals), vals, 0.0), np.zeros(len(vals)),
-                           _locator(view, idx, last)))
+        res = compare("finite", node, vals, np.zeros_like(vals), np.zeros_like(vals), _locator(view, idx, last))
+        res.checked = arr.size
+        out.append(res)
     return out
 
 

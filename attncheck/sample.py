@@ -17,8 +17,9 @@ from .records import Node
 
 EDGE = 3  # llama.cpp prints the first and last EDGE indices of a long dimension
 
-_NUMBER = re.compile(rb"-?(?:\d+\.\d+|nan|inf)")
-_SKELETON = re.compile(rb"\s+|-?(?:\d+\.\d+|nan|inf)")  # what is left of a body without numbers and spaces
+_SKELETON = re.compile(rb"\s+|-?(?:\d+\.\d+|nan|inf)")  # what is left of a line without numbers and spaces
+_NUMBER_CHARS = b"0123456789.-naif \t\r\n"  # deleted for the fast skeleton: digits, nan, inf, spaces
+_PUNCT = bytes.maketrans(b"[],=", b"    ")
 _FOREIGN_LINE = re.compile(rb"(?m)^[^\s\n][^\n]*(?:\n|$)")  # log lines start in column 0; printed lines never do
 
 
@@ -83,7 +84,9 @@ def _layout(ne: tuple[int, int, int, int]) -> tuple[bytes, tuple[bytes, ...]]:
 
 def _clean(body: bytes) -> bytes:
     """The body without the log lines that stdout/stderr interleaving put between its lines."""
-    return _FOREIGN_LINE.sub(b"", body) if _FOREIGN_LINE.search(body) else body
+    if body.count(b"\n") == (b"\n" + body).count(b"\n ") and body.endswith(b"\n"):
+        return body  # every line is indented: nothing foreign (the common case, decided without a regex)
+    return _FOREIGN_LINE.sub(b"", body)
 
 
 def parse_sample(node: Node, source: str) -> Sample:
@@ -91,16 +94,27 @@ def parse_sample(node: Node, source: str) -> Sample:
     if node.quantized:
         raise DumpError(source, node.line, f"node '{node.name}' is {node.type}: quantized tensors print no values")
     body = _clean(node.body)
-    skeleton, _ = _layout(node.ne)
-    if _SKELETON.sub(b"", body) != skeleton:
-        _locate_damage(node, source)
     n0, n1, n2, n3 = node.ne
     index = (np.arange(n3), printed_indices(n2), printed_indices(n1), printed_indices(n0))
     shape = tuple(len(ix) for ix in index)
     per_block = shape[1] * shape[2] * shape[3]
-    numbers = np.array(_NUMBER.findall(body)).astype(np.float64).reshape(n3, per_block + 1)
+    # fast path: the skeleton (brackets, commas, `sum=`) must be the one llama.cpp prints for this ne, and the
+    # words between them exactly the expected count of numbers; anything else is located line by line
+    words = body.replace(b"...", b"").replace(b"sum", b"").translate(_PUNCT).split()
+    try:
+        if body.translate(None, _NUMBER_CHARS) != _fast_skeleton(node.ne) or len(words) != n3 * (per_block + 1):
+            raise ValueError
+        numbers = np.array(words).astype(np.float64).reshape(n3, per_block + 1)
+    except ValueError:
+        _locate_damage(node, source)
+        raise  # unreachable: _locate_damage raises
     values = numbers[:, :per_block].reshape(shape)
     return Sample(node, values, index, tuple(numbers[:, -1].tolist()))
+
+
+@lru_cache(maxsize=1024)
+def _fast_skeleton(ne: tuple[int, int, int, int]) -> bytes:
+    return _layout(ne)[0].translate(None, _NUMBER_CHARS)
 
 
 def _locate_damage(node: Node, source: str) -> None:

@@ -136,7 +136,8 @@ def list_(dump):
         sys.exit(EXIT_INPUT)
     console.print(table)
     for r in d.runs:
-        console.print(f"run at line {r.line}: {len(r.tokens)} tokens {list(r.tokens)}")
+        ids = "no token ids in the log" if r.tokens is None else f"{len(r.tokens)} tokens {list(r.tokens)}"
+        console.print(f"run at line {r.line}: {ids}")
     for n in d.notes:
         console.print(f"[yellow]warning: line {n.line}: {n.message}[/]")
     sys.exit(EXIT_PASS if n_ev else EXIT_UNVERIFIED)

@@ -55,10 +55,10 @@ class Node:
 
 
 class RunStart(NamedTuple):
-    """`number of input tokens = N` and the N ids after it: a new llama.cpp run begins."""
+    """A new llama.cpp run begins: its start-up log, with `number of input tokens = N` and the ids when printed."""
 
     line: int
-    tokens: tuple[int, ...]
+    tokens: tuple[int, ...] | None
 
 
 class Note(NamedTuple):
@@ -188,19 +188,22 @@ def _ends_whole(body: bytes) -> bool:
 
 
 def _tokens(text: bytes, line: int, source: str) -> Iterator[RunStart]:
-    """Token lists live in the log text between nodes (before the first node of a run)."""
+    """A run starts where llama.cpp's start-up log sits between nodes: `system_info:` (both formats) and, today,
+    `number of input tokens = N` followed by one id per line. One RunStart per gap between nodes."""
+    at_info = text.find(b"system_info:")
     at = text.find(b"number of input tokens")
-    while at >= 0:
-        m = _TOKENS.match(text, at)
-        if not m:
-            break
-        n = int(m.group(1))
-        ids, p = [], m.end()
-        for _ in range(n):
+    if at < 0:
+        if at_info >= 0:
+            yield RunStart(line + text.count(b"\n", 0, at_info), None)
+        return
+    m = _TOKENS.match(text, at)
+    ids: list[int] = []
+    if m:
+        p = m.end()
+        for _ in range(int(m.group(1))):
             tm = _TOKEN_ID.match(text, p)
             if not tm:
                 break
             ids.append(int(tm.group(1)))
             p = tm.end()
-        yield RunStart(line + text.count(b"\n", 0, at), tuple(ids))
-        at = text.find(b"number of input tokens", p)
+    yield RunStart(line + text.count(b"\n", 0, at), tuple(ids))

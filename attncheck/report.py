@@ -47,7 +47,7 @@ class Report:
     sites: list[SiteReport] = field(default_factory=list)
     evaluations: int = 0
     runs: int = 0
-    tokens: list[tuple[int, ...]] = field(default_factory=list)
+    tokens: list[tuple[int, ...] | None] = field(default_factory=list)  # per run; None: the log printed no ids
     flash_nodes: int = 0
     inferred_kq_scale: float | None = None
     inferred_rows: int = 0
@@ -113,7 +113,7 @@ class Report:
             "hint": self.hint or None,
             "reason": self.unverified_reason() if self.exit_code == EXIT_UNVERIFIED else None,
             "runs": self.runs,
-            "tokens": [list(t) for t in self.tokens],
+            "tokens": [None if t is None else list(t) for t in self.tokens],
             "evaluations": self.evaluations,
             "flash_attention_nodes": self.flash_nodes,
             "stopped_early": self.stopped_early,

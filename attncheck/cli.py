@@ -60,6 +60,7 @@ def _write_json(doc: dict, target: str | None) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Every check of every site.")
 def check(dumps, kq_scale, layers, heads, json_out, fail_fast, quiet, verbose):
     """Check every attention head in one or more dumps (default: stdin)."""
+    from .progress import evaluation_progress, wanted as progress_wanted
     from .verify import Options, verify
 
     opts = Options(kq_scale=kq_scale, layers=frozenset(layers) or None, heads=frozenset(heads) or None,
@@ -69,7 +70,8 @@ def check(dumps, kq_scale, layers, heads, json_out, fail_fast, quiet, verbose):
     codes: list[int] = []
     for path in dumps or ("-",):
         try:
-            report = verify(path, opts)
+            with evaluation_progress(path, progress_wanted(quiet or json_out == "-")) as progress:
+                report = verify(path, opts, progress=progress)
         except DumpError as e:
             _fail(str(e))
             codes.append(EXIT_INPUT)

@@ -137,13 +137,17 @@ class Dump:
         self.runs: list[RunStart] = []
         self.cut: Node | None = None  # the node the input ended inside, if any
         self._read = False
+        self.bytes_read = 0
+
+    def _count(self, n: int) -> None:
+        self.bytes_read += n
 
     def evaluations(self) -> Iterator[Evaluation]:
         """Evaluations in order, each whole (its nodes resolved) before it is yielded, then dropped by the caller."""
         if self._read:
             raise RuntimeError("a dump is read once; call read_dump again")
         self._read = True
-        return self._evaluations(scan(self._stream, self.source))
+        return self._evaluations(scan(self._stream, self.source, self._count))
 
     def _evaluations(self, records: Iterable) -> Iterator[Evaluation]:
         current: Evaluation | None = None

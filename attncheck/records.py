@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator, NamedTuple
+from typing import BinaryIO, Callable, Iterator, NamedTuple
 
 from .errors import DumpError
 
@@ -114,8 +114,11 @@ def parse_header(rest: str) -> tuple[str, str, str, tuple[Src | None, Src | None
     return m["name"].strip(), m["type"], m["op"], (srcs[0], srcs[1]), ne
 
 
-def scan(stream: BinaryIO, source: str) -> Iterator[Record]:
-    """Yield the records of a dump in order: RunStart at each token list, Node per header, Note per oddity."""
+def scan(stream: BinaryIO, source: str, on_read: Callable[[int], None] | None = None) -> Iterator[Record]:
+    """Yield the records of a dump in order: RunStart per run, Node per header, Note per oddity.
+
+    on_read(n) is told each chunk's size as it is read (for progress on large inputs).
+    """
     carry = b""
     line = 1  # line number of the first byte of `carry`
     first = True
@@ -123,6 +126,8 @@ def scan(stream: BinaryIO, source: str) -> Iterator[Record]:
     seen_header = False
     while True:
         chunk = stream.read(CHUNK)
+        if on_read is not None:
+            on_read(len(chunk))
         if first:
             if chunk.startswith(b"GGUF"):
                 raise DumpError(source, 1, "this is a GGUF model file, not a dump (give it with --model)")

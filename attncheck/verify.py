@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 from . import checks
 from .errors import DumpError
@@ -31,8 +31,12 @@ def default_scale(site: Site) -> float:
     return 1.0 / math.sqrt(site.D_h) if site.D_h else 1.0
 
 
-def verify(dump: Dump | str | BinaryIO, options: Options | None = None, **kw) -> Report:
-    """Check every attention site of a dump; keyword arguments build Options (kq_scale=, layers=, heads=...)."""
+def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
+           progress: Callable[[Dump, Evaluation], None] | None = None, **kw) -> Report:
+    """Check every attention site of a dump; keyword arguments build Options (kq_scale=, layers=, heads=...).
+
+    progress(dump, evaluation) is called after each evaluation is checked (dump.bytes_read says how far it is).
+    """
     opts = options or Options(**{k: (frozenset(v) if k in ("layers", "heads") and v is not None else v)
                                  for k, v in kw.items()})
     if not isinstance(dump, Dump):
@@ -58,6 +62,8 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, **kw) ->
             if opts.fail_fast and not sr.passed:
                 report.stopped_early = True
                 break
+        if progress is not None:
+            progress(dump, ev)
         if report.stopped_early:
             break
     report.runs = len(dump.runs) or (1 if report.evaluations else 0)

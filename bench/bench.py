@@ -30,6 +30,17 @@ def unpack(xz: Path) -> Path:
     return out
 
 
+def concatenated(dump: Path, copies: int) -> Path:
+    """The dump repeated: that many llama.cpp runs one after another, as `cat a b` of two logs gives."""
+    out = BUILD / f"{dump.stem}-x{copies}{dump.suffix}"
+    if not out.exists() or out.stat().st_size != copies * dump.stat().st_size:
+        with open(out, "wb") as dst:
+            for _ in range(copies):
+                with open(dump, "rb") as src:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+    return out
+
+
 def measure(cmd: list[str], repeat: int) -> tuple[float, float, int]:
     """Best wall time (s), peak RSS (MB) of that run, and its exit code."""
     best = (float("inf"), 0.0, 0)
@@ -47,6 +58,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("dump", nargs="?", default=str(ROOT.parent / "shared" / "bench" / "gpt2-deep-48l.txt.xz"))
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--copies", type=int, default=9, help="runs in the large dump (9 make about 313 MB); 1: skip it")
     args = ap.parse_args()
     src = Path(args.dump)
     if not src.exists():
@@ -66,6 +78,15 @@ def main() -> int:
     print(f"baseline (python line count): {base[0]:.3f} s, peak RSS {base[1]:.0f} MB")
     print(f"attncheck check --quiet:      {check[0]:.3f} s, peak RSS {check[1]:.0f} MB, exit {check[2]}")
     print(f"ratio attncheck / baseline:   {check[0] / base[0]:.2f}  (target <= 5; peak RSS target <= 150 MB)")
+    if args.copies > 1:
+        big = concatenated(dump, args.copies)
+        large = measure([sys.executable, "-m", "attncheck", "check", str(big), "--quiet"], 1)
+        big_base = measure([sys.executable, "-c", BASELINE, str(big)], 1)
+        print(f"large: {big.name}, {big.stat().st_size / 1e6:.0f} MB ({args.copies} runs of the dump above)")
+        print(f"attncheck check --quiet:      {large[0]:.3f} s, peak RSS {large[1]:.0f} MB, exit {large[2]}")
+        print(f"growth vs {size:.0f} MB:            time x{large[0] / check[0]:.2f} for x{args.copies} the input "
+              f"(baseline x{big_base[0] / base[0]:.2f}); peak RSS x{large[1] / check[1]:.2f}")
+        print(f"ratio attncheck / baseline:   {large[0] / big_base[0]:.2f}")
     return 0 if check[2] == 0 else 1
 
 

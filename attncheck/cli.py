@@ -145,5 +145,48 @@ def list_(dump):
     sys.exit(EXIT_PASS if n_ev else EXIT_UNVERIFIED)
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.option("-m", "--model", "model", required=True, help="The GGUF model for llama-eval-callback.")
+@click.option("-p", "--prompt", required=True, help="The prompt.")
+@click.option("--bin", "binary", help="llama-eval-callback to run (default: $LLAMA_EVAL_CALLBACK, then PATH).")
+@click.option("--keep", metavar="FILE", help="Also write the dump to FILE.")
+@click.option("--kq-scale", type=float, help="The scale SOFT_MAX applied to kq (default 1/sqrt(D_h)).")
+@click.option("--json", "json_out", metavar="FILE|-", help="Write the JSON report (schema 1); '-' for stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="Only the verdict line (and failures).")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
+def run(model, prompt, binary, keep, kq_scale, json_out, quiet, extra):
+    """Run llama-eval-callback on a prompt and check its attention as it streams.
+
+    Arguments after `--` go to llama.cpp; `--flash-attn off` is added unless you set flash attention.
+    """
+    from . import run as runner
+    from .render import render
+    from .verify import Options, verify
+
+    try:
+        proc = runner.Process(runner.command(runner.find_binary(binary), model, prompt, extra), keep)
+    except DumpError as e:
+        _fail(str(e))
+        sys.exit(EXIT_INPUT)
+    report, error = None, None
+    try:
+        report = verify(proc.stream, Options(kq_scale=kq_scale))
+    except DumpError as e:
+        error = e
+    code = proc.finish()
+    if code != 0:
+        _fail(str(proc.failure(code)))
+        sys.exit(EXIT_INPUT)
+    if error is not None:
+        _fail(str(error))
+        sys.exit(EXIT_INPUT)
+    for w in report.warnings:
+        click.echo(f"attncheck: warning: {w}", err=True)
+    render(report, _console(stderr=json_out == "-"), quiet=quiet)
+    if json_out:
+        _write_json(report.to_dict(), json_out)
+    sys.exit(report.exit_code)
+
+
 if __name__ == "__main__":
     main()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +18,8 @@ class ModelError(Exception):
 
     def __init__(self, path: str | os.PathLike[str], message: str) -> None:
         self.path = str(path)
-        self.message = message
-        super().__init__(f"{self.path}: {message}")
+        self.message = " ".join(message.split())  # one line
+        super().__init__(f"{self.path}: {self.message}")
 
 
 @dataclass(frozen=True)
@@ -136,7 +135,7 @@ def load_model(path: str | os.PathLike[str]) -> Model:
         norm_eps=float(key(eps_key)),
         rope_dim=int(key("rope.dimension_count", head_dim)) if arch == "llama" else 0,
         rope_freq_base=float(key("rope.freq_base", 10000.0)) if arch == "llama" else 0.0,
-        kq_scale=scale if scale else 1.0 / math.sqrt(head_dim),
+        kq_scale=scale if scale else float(np.float32(1) / np.sqrt(np.float32(head_dim))),  # 1.0f/sqrtf(D_h)
         n_vocab=int(tensors["token_embd.weight"].shape[1]),
     )
     return Model(path, reader, hp)

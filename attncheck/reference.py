@@ -80,7 +80,9 @@ def _q8_0(x: np.ndarray) -> np.ndarray:
     d = _f16(amax / F32(127))
     with np.errstate(divide="ignore"):
         inv = np.where(amax != 0, F32(127) / amax, F32(0)).astype(F32)
-    q = np.rint(b * inv)
+    with np.errstate(invalid="ignore", over="ignore"):
+        q = np.rint(b * inv)
+    q = np.where(np.isfinite(q), q, 0)  # inv overflows only where d underflows to 0 in f16: block is 0
     return (q * d).reshape(x.shape).astype(F32)
 
 

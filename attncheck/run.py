@@ -77,4 +77,6 @@ class Process:
         return code
 
     def failure(self, code: int) -> DumpError:
-        return DumpError(BINARY, None, f"exited with code {code}; its last lines:\n{self.stream.tail()}")
+        tail = self.stream.tail()
+        said = f"its last lines:\n{tail}" if tail.strip() else "it printed nothing (llama.cpp's logger can lose its output at exit)"
+        return DumpError(BINARY, None, f"exited with code {code}; {said}")

@@ -119,9 +119,20 @@ def _check_site(dump: Dump, ev: Evaluation, site: Site, opts: Options) -> tuple[
 
 
 def _hint(report: Report, failed: list[tuple[SiteReport, SiteView]]) -> None:
-    """When the softmax checks fail and the scale inferred from the data would pass them, say so."""
+    """When the softmax checks fail and the scale inferred from the data would pass them, say so.
+
+    The estimate carries print noise, so 1/sqrt(D_h) is tried first when it lies within 1% of it.
+    """
     s = report.inferred_kq_scale
     if not failed or s is None:
         return
-    if all(checks.softmax_rows(v, s).passed and checks.softmax_ratio(v, s).passed for _, v in failed):
-        report.hint = f"the data suggest kq_scale = {s:.6g}; pass --kq-scale {s:.6g} if the model uses it"
+    candidates = [s]
+    canonical = default_scale(failed[0][1].site)
+    if abs(s / canonical - 1) < 0.01:
+        candidates.insert(0, canonical)
+    for c in candidates:
+        if all(checks.softmax_rows(v, c).passed and checks.softmax_ratio(v, c).passed for _, v in failed):
+            name = " = 1/sqrt(D_h)" if c == canonical else ""
+            report.hint = (f"the data suggest kq_scale = {c:.6g}{name} (inferred {s:.6g} from "
+                           f"{report.inferred_rows} rows); pass --kq-scale {c:.6g} if the model uses it")
+            return

@@ -144,10 +144,10 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[int], None] | None = 
             if start < pos:  # a second prefix on a header's own line: not a header of its own
                 continue
             body = buf[pos:start]
-            yield from _tokens(body, line, source)
             header_line = line + body.count(b"\n")
-            if pending is not None:
+            if pending is not None:  # the node before the gap ends there: a run starting in the gap comes after it
                 yield _node(pending, body)
+            yield from _tokens(body, line, source)
             line, pos = header_line + 1, m.end() + 1
             parsed = parse_header(m.group(1).decode("utf-8", "replace"))
             if parsed is None:
@@ -162,11 +162,11 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[int], None] | None = 
         carry = buf[pos:]
         if not eof:
             continue
-        yield from _tokens(carry, line, source)
         if pending is not None:
             node = _node(pending, carry)
             node.cut = not _ends_whole(carry)
             yield node
+        yield from _tokens(carry, line, source)
         if not seen_header:
             if not buf.strip():
                 raise DumpError(source, None, "empty input: no llama.cpp tensor dump")

@@ -188,5 +188,46 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, extra):
     sys.exit(report.exit_code)
 
 
+@main.command(name="inspect")
+@click.argument("dump")
+@click.option("--layer", type=int, required=True, help="The layer to walk.")
+@click.option("--head", type=int, required=True, help="The query head to walk.")
+@click.option("--query", type=int, help="Query index in the evaluation (default: the last whose visible slots are "
+                                        "all printed).")
+@click.option("--eval", "evaluation", type=int, default=0, show_default=True, help="Evaluation (ubatch) index.")
+@click.option("--kq-scale", type=float, help="The scale SOFT_MAX applied to kq (default 1/sqrt(D_h)).")
+@click.option("--json", "json_out", metavar="FILE|-", help="Write the walk as JSON (schema 1); '-' for stdout.")
+@click.option("--model", metavar="GGUF", help="Not supported by inspect yet (exit 2).")
+def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model):
+    """Walk one head by hand: Q/K/V rows, scores, scale, mask, weights, weighted sum, beside the dump."""
+    import os
+
+    from .render_walk import render_walk, walk_dict
+    from .walk import NothingToInspect, walk
+
+    if model is not None:
+        _fail(f"{dump}: inspect --model is not supported yet; inspect walks the dumped numbers only")
+        sys.exit(EXIT_INPUT)
+    try:
+        w = walk(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale)
+    except DumpError as e:
+        _fail(str(e))
+        sys.exit(EXIT_INPUT)
+    except NothingToInspect as e:
+        _fail(str(e))
+        sys.exit(EXIT_UNVERIFIED)
+    except Exception as e:  # a bug: still one line, still exit 2
+        _fail(f"{dump}: internal error ({type(e).__name__}: {e}); please report it with the dump")
+        sys.exit(EXIT_INPUT)
+    if json_out != "-":
+        console = _console()
+        if os.environ.get("NO_COLOR"):  # no escapes at all: shades and numbers carry the heatmap
+            console = Console(highlight=False, width=console.width, color_system=None)
+        render_walk(w, console)
+    if json_out:
+        _write_json(walk_dict(w), json_out)
+    sys.exit(EXIT_PASS if w.passed else EXIT_FAIL)
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,336 @@
+"""HeadWalk → rich panels and tables for people, and the same content as a JSON document for notebooks.
+
+Everything reads without colour (NO_COLOR): elided indices are `…` rows/columns labelled with their logical range,
+the heatmap uses shade characters and the printed numbers, masked cells are `·`.
+"""
+from __future__ import annotations
+
+import numpy as np
+from rich import box
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from . import __version__
+from .walk import HeadWalk, Rows, span
+
+SCHEMA = 1
+SHADES = " ░▒▓█"  # weight 0 .. 1 in five steps: the heatmap reads without colour
+MASKED, ELIDED = "·", "…"
+
+
+def _ne(ne) -> str:
+    return "{" + ", ".join(map(str, ne)) + "}"
+
+
+def _fmt(x: float, digits: int = 4) -> str:
+    """Like llama.cpp's %.4f for dumped values; '-inf', 'nan' as printed; '−' for not recomputed."""
+    if x != x:
+        return "—"
+    if np.isinf(x):
+        return "-inf" if x < 0 else "inf"
+    return f"{x:.{digits}f}"
+
+
+def _err(x: float) -> str:
+    return "—" if x != x else f"{x:.1e}"
+
+
+def _ok(err: float, bound: float) -> str:
+    if bound != bound:
+        return ""
+    return "[green]ok[/]" if err <= bound else "[bold red]FAIL[/]"
+
+
+def _gaps(printed: np.ndarray, n: int) -> list[int | tuple[int, int]]:
+    """Printed indices in order, with (first, last) for each run of unprinted ones below n."""
+    out: list[int | tuple[int, int]] = []
+    prev = -1
+    for i in (int(x) for x in printed if x < n):
+        if i > prev + 1:
+            out.append((prev + 1, i - 1))
+        out.append(i)
+        prev = i
+    if prev < n - 1:
+        out.append((prev + 1, n - 1))
+    return out
+
+
+def _label(gap: tuple[int, int]) -> str:
+    return f"{gap[0]}..{gap[1]}" if gap[1] > gap[0] else str(gap[0])
+
+
+def _tok(w: HeadWalk, position: int) -> str:
+    t = w.token(position)
+    return "" if t is None else f" tok {t}"
+
+
+def header(w: HeadWalk) -> Panel:
+    """Which evaluation, layer, head and query; GQA mapping; D_h, n_kv, kq_scale."""
+    gqa = (f"head {w.head} reads KV head {w.kv_head} (H = {w.H} query heads share H_kv = {w.H_kv} KV heads: "
+           f"head h reads KV head h // {w.H // w.H_kv})" if w.H_kv != w.H
+           else f"head {w.head} reads KV head {w.kv_head} (H = H_kv = {w.H}: no head sharing)")
+    lines = [
+        f"[bold]{escape(w.source)}[/]  evaluation {w.evaluation} (run {w.run}, n_past {w.n_past}, T {w.T})  "
+        f"layer {w.layer}  head {w.head} of 0..{w.H - 1}",
+        gqa,
+        f"D_h = {w.D_h}   n_kv = {w.n_kv}   kq_scale = {w.kq_scale:.6g} ({w.scale_origin})",
+        f"query {w.query}: position {w.position}"
+        f"{'' if w.token(w.position) is None else f', token {w.token(w.position)}'} ({w.query_origin})",
+    ]
+    if w.tokens is not None:
+        lines.append(f"tokens of the run: {' '.join(map(str, w.tokens))}")
+    return Panel("\n".join(lines), title="attncheck inspect", title_align="left", box=box.ROUNDED)
+
+
+def _table(*columns: str, left: tuple[str, ...] = ()) -> Table:
+    t = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    for col in columns:
+        t.add_column(col, justify="left" if col in left else "right", no_wrap=True)
+    return t
+
+
+def _titled(title: str, table: Table) -> Group:
+    """A title above a table, not squeezed to the table's width."""
+    return Group(Text(title, style="bold"), table)
+
+
+def shape_table(w: HeadWalk) -> Group:
+    """GGML ne of every node beside the logical per-head shape and the GGML axis that holds heads."""
+    t = _table("node", "line", "op", "type", "GGML ne", "head axis", "per head",
+               left=("node", "op", "type", "GGML ne", "head axis", "per head"))
+    for s in w.shapes:
+        kv = " (KV)" if s.role in ("k", "v") else ""
+        axis = "?" if s.head_axis is None else f"ne{s.head_axis}{kv}"
+        t.add_row(escape(s.name), str(s.line), s.op, s.type, _ne(s.ne), axis,
+                  escape(f"{s.logical} = [{s.logical_shape[0]}, {s.logical_shape[1]}]"))
+    return _titled("shapes: GGML ne {ne0, ne1, ne2, ne3}, ne0 contiguous; the head axis indexes heads "
+                   "(KV heads for the K and V cache views, which hold V_h transposed)", t)
+
+
+def rows_table(w: HeadWalk, r: Rows, what: str) -> Group:
+    """A printed per-head matrix with its elided rows and dims shown as labelled `…`."""
+    row_kind = "query" if r.name == "Q_h" else "slot"
+    cols = _gaps(r.cols, r.shape[1])
+    t = _table(row_kind, *(f"dims {c[0]}..{c[1]}" if isinstance(c, tuple) else f"d{c}" for c in cols),
+               left=(row_kind,))
+    pos = {int(x): i for i, x in enumerate(r.rows)}
+    cpos = {int(x): i for i, x in enumerate(r.cols)}
+    for item in _gaps(r.rows, r.shape[0]):
+        if isinstance(item, tuple):
+            a, b = item
+            label = (f"{'queries' if row_kind == 'query' else 'slots'} {a}..{b}" if b > a else f"{row_kind} {a}")
+            t.add_row(f"[dim]{label}[/]", *[ELIDED] * len(cols))
+            continue
+        vals = r.values[pos[item]]
+        if row_kind == "query":
+            label = f"{'▶' if item == w.query else ' '} {item} (pos {w.n_past + item}{_tok(w, w.n_past + item)})"
+        else:
+            state = "empty" if item >= w.n_visible_cols else ("visible" if item <= w.position else "later")
+            label = f"{'▶' if item <= w.position else ' '} {item}{_tok(w, item)} ({state})"
+        t.add_row(label, *[ELIDED if isinstance(c, tuple) else _fmt(vals[cpos[c]]) for c in cols])
+    return _titled(f"{r.name} [{r.shape[0]}, {r.shape[1]}] {what}, from '{r.node.name}' (line {r.node.line})", t)
+
+
+def scores_table(w: HeadWalk) -> Group:
+    """The chosen query over the printed slots: kq, ·kq_scale, mask, softmax recomputed vs dumped, error, bound."""
+    r = w.row
+    how = (f"recomputed relative to slot {r.reference}: p_j = p_{r.reference}·exp(kq_scale·(s_j − s_{r.reference}))"
+           if r.reference is not None else "softmax over the visible slots")
+    t = _table("slot", "kq s_j", "s_j·scale", "mask", "softmax", "kq_soft_max", "|err|", "bound", "",
+               left=("slot", ""))
+    pos = {int(x): i for i, x in enumerate(r.slots)}
+    for item in _gaps(r.slots, w.n_kv):
+        if isinstance(item, tuple):
+            a, b = item
+            t.add_row(f"[dim]{_label(item)}[/]", ELIDED, ELIDED, _mask_of(w, a, b), "", ELIDED, "", "",
+                      "[dim]not printed[/]")
+            continue
+        i = pos[item]
+        kq = "—" if r.kq is None else _fmt(r.kq[i])
+        sc = "—" if r.scaled is None else _fmt(r.scaled[i], 6)
+        ref = "[dim]reference[/]" if item == r.reference else ""
+        t.add_row(f"{item}{_tok(w, item)}", kq, sc, _fmt(r.mask[i], 0) if r.mask[i] else "0",
+                  _fmt(r.softmax[i], 6), _fmt(r.kq_soft_max[i]), _err(r.error[i]), _err(r.bound[i]),
+                  _ok(r.error[i], r.bound[i]) or ref)
+    return _titled(f"query {w.query} (position {w.position}): s_j = kq, x_j = s_j·{w.kq_scale:.6g} + mask_j, "
+                   f"p_j = softmax(x)_j, {how}", t)
+
+
+def _mask_of(w: HeadWalk, a: int, b: int) -> str:
+    vals = {m.value for m in w.row.mask_ranges if m.first <= b and m.last >= a}
+    return "0" if vals == {0.0} else ("-inf" if vals == {-np.inf} else "0/-inf")
+
+
+def mask_line(w: HeadWalk) -> str:
+    return "mask row: " + "; ".join(
+        f"slot{'s' if m.last > m.first else ''} {m.first}{'..' + str(m.last) if m.last > m.first else ''}: "
+        f"{m.what}, {'0' if m.value == 0 else '−inf'}" for m in w.row.mask_ranges)
+
+
+def weighted_table(w: HeadWalk) -> Group | None:
+    """O_h[t, d] = Σ_j p_j v_j (dumped p_j, V_h of the KV head) beside the dumped kqv, per printed dim."""
+    ws = w.weighted
+    if ws is None:
+        return None
+    show_terms = len(ws.slots) <= 3
+    terms_col = "p_j·V_h[j, d] terms"
+    t = _table("dim", *([terms_col] if show_terms else []), "Σ p_j v_j", "kqv", "|err|", "bound", "",
+               left=("dim", terms_col, ""))
+    p = w.row.kq_soft_max[w.row.visible]
+    vpos = {int(x): i for i, x in enumerate(w.V_h.rows)} if w.V_h is not None else {}
+    for i, d in enumerate(ws.dims):
+        terms = []
+        if show_terms:
+            terms = [" + ".join(f"{pj:.4f}·{_paren(w.V_h.values[vpos[int(j)], i])}" for pj, j in zip(p, ws.slots))]
+        t.add_row(f"d{d}", *terms, _fmt(ws.weighted_sum[i], 6), _fmt(ws.kqv[i]), _err(ws.error[i]),
+                  _err(ws.bound[i]), _ok(ws.error[i], ws.bound[i]))
+    return _titled(f"O_h[{w.query}, d] = Σ_j p_j·V_h[j, d] over the visible slots {span(ws.slots)} "
+                   f"(p_j as dumped in kq_soft_max; V_h of KV head {w.kv_head})", t)
+
+
+def _paren(v: float) -> str:
+    return f"({v:.4f})" if v < 0 else f"{v:.4f}"
+
+
+def _shade(p: float) -> str:
+    return SHADES[min(len(SHADES) - 1, max(0, int(p * len(SHADES))))] if p == p else "?"
+
+
+def _heat_style(p: float) -> str:
+    """Dark blue (0) to yellow (1); dropped entirely under NO_COLOR."""
+    p = 0.0 if p != p else min(1.0, max(0.0, p))
+    r, g, b = int(40 + 215 * p), int(60 + 160 * p), int(140 - 120 * p)
+    return f"rgb({r},{g},{b})"
+
+
+def heatmap(w: HeadWalk) -> Group:
+    """P_h: printed queries × visible slots 0..n_past+T−1; shade + dumped weight, `·` masked, `…` not printed."""
+    cols = _gaps(w.P_slots, w.n_visible_cols)
+    t = _table("query", left=("query",))
+    for c in cols:
+        t.add_column(_label(c) if isinstance(c, tuple) else f"slot {c}{_tok(w, c)}", justify="center",
+                     no_wrap=True)
+    spos = {int(x): i for i, x in enumerate(w.P_slots)}
+    qpos = {int(x): i for i, x in enumerate(w.P_queries)}
+    for item in _gaps(w.P_queries, w.T):
+        if isinstance(item, tuple):
+            t.add_row(f"[dim]quer{'ies' if item[1] > item[0] else 'y'} {_label(item)}[/]", *[ELIDED] * len(cols))
+            continue
+        cells: list[Text | str] = []
+        for c in cols:
+            if isinstance(c, tuple):
+                hidden = c[0] <= w.n_past + item
+                cells.append(ELIDED if hidden else MASKED)
+            elif c > w.n_past + item:
+                cells.append(MASKED)
+            else:
+                p = float(w.P_h[qpos[item], spos[c]])
+                cells.append(Text(f"{_shade(p) * 2} {_fmt(p)}", style=_heat_style(p)))
+        mark = "▶" if item == w.query else " "
+        t.add_row(f"{mark} {item} (pos {w.n_past + item}{_tok(w, w.n_past + item)})", *cells)
+    empty = f"; slots {w.n_visible_cols}..{w.n_kv - 1} are empty (weight 0)" if w.n_visible_cols < w.n_kv else ""
+    legend = Text("shade: '  ' <0.2  ░░ <0.4  ▒▒ <0.6  ▓▓ <0.8  ██ ≥0.8;  "
+                  f"{MASKED} masked (later slot, −inf);  "
+                  f"{ELIDED} visible but not printed", style="dim")
+    return Group(Text(f"P_h = kq_soft_max of head {w.head}: queries × visible slots 0..{w.n_visible_cols - 1}"
+                      f"{empty}", style="bold"), t, legend)
+
+
+def verdict(w: HeadWalk) -> str:
+    n_w = int(np.count_nonzero(~np.isnan(w.row.bound) & w.row.visible))
+    n_m = int(np.count_nonzero(~w.row.visible))
+    n_o = len(w.weighted.dims) if w.weighted is not None else 0
+    what = f"{n_w} visible weights, {n_m} masked weights, {n_o} kqv elements of query {w.query}"
+    if w.passed:
+        return f"[bold green]PASS[/] {what} within their bounds (worst |err|/bound {w.worst_ratio:.2f})"
+    return f"[bold red]FAIL[/] {what}: some beyond their bounds (worst |err|/bound {w.worst_ratio:.2f})"
+
+
+def render_walk(w: HeadWalk, console: Console) -> None:
+    """Print the whole walk: header, shapes, Q_h/K_h/V_h, the query's row, the weighted sum, the heatmap."""
+    console.print(header(w))
+    console.print(shape_table(w))
+    if w.Q_h is not None:
+        console.print(rows_table(w, w.Q_h, f"of head {w.head}: ▶ the chosen query"))
+    for r in (w.K_h, w.V_h):
+        if r is not None:
+            console.print(rows_table(w, r, f"of KV head {w.kv_head}: ▶ slots visible to query {w.query}"))
+    console.print(f"kq = K_h·q_{w.query} needs all D_h = {w.D_h} dims of q and k; the dump prints "
+                  f"{len(w.K_h.cols) if w.K_h is not None else 0}: raw scores are shown as dumped, not recomputed",
+                  style="dim")
+    console.print(scores_table(w))
+    console.print(mask_line(w), style="dim")
+    if w.row.why_not:
+        console.print(f"softmax: {w.row.why_not}", style="yellow")
+    table = weighted_table(w)
+    if table is not None:
+        console.print(table)
+    else:
+        console.print(f"weighted sum not recomputed: {w.weighted_why_not}", style="yellow")
+    console.print(heatmap(w))
+    for note in w.notes:
+        console.print(f"note: {note}", style="yellow")
+    console.print(verdict(w))
+
+
+def _num(x) -> float | str | None:
+    """Dumped values: non-finite as strings (JSON has none)."""
+    x = float(x)
+    return x if np.isfinite(x) else str(x)
+
+
+def _maybe(x) -> float | str | None:
+    """Recomputed values: NaN means not recomputed (null)."""
+    x = float(x)
+    return None if x != x else _num(x)
+
+
+def _rows_dict(r: Rows | None, row_axis: str) -> dict | None:
+    if r is None:
+        return None
+    return {"node": r.node.name, "line": r.node.line, "shape": list(r.shape), "row_axis": row_axis,
+            "rows": r.rows.tolist(), "dims": r.cols.tolist(), "values": [[_num(v) for v in row] for row in r.values]}
+
+
+def walk_dict(w: HeadWalk) -> dict:
+    """The same content as the tables, as a versioned JSON document (`"schema": 1`)."""
+    r, ws = w.row, w.weighted
+    return {
+        "schema": SCHEMA, "tool": "attncheck", "command": "inspect", "version": __version__, "source": w.source,
+        "evaluation": w.evaluation, "run": w.run, "n_past": w.n_past, "T": w.T, "layer": w.layer,
+        "head": w.head, "H": w.H, "H_kv": w.H_kv, "kv_head": w.kv_head, "D_h": w.D_h, "n_kv": w.n_kv,
+        "kq_scale": {"value": w.kq_scale, "origin": w.scale_origin},
+        "tokens": list(w.tokens) if w.tokens is not None else None,
+        "query": {"index": w.query, "position": w.position, "token": w.token(w.position), "chosen": w.query_origin},
+        "shapes": [{"role": s.role, "node": s.name, "line": s.line, "op": s.op, "type": s.type, "ne": list(s.ne),
+                    "head_axis": s.head_axis, "logical": s.logical, "logical_shape": list(s.logical_shape)}
+                   for s in w.shapes],
+        "Q_h": _rows_dict(w.Q_h, "query"), "K_h": _rows_dict(w.K_h, "slot"), "V_h": _rows_dict(w.V_h, "slot"),
+        "scores": {
+            "slots": r.slots.tolist(), "visible": r.visible.tolist(), "whole": r.whole,
+            "kq": None if r.kq is None else [_num(v) for v in r.kq],
+            "scaled": None if r.scaled is None else [_num(v) for v in r.scaled],
+            "mask": [_num(v) for v in r.mask],
+            "mask_ranges": [{"first": m.first, "last": m.last, "value": _num(m.value), "what": m.what}
+                            for m in r.mask_ranges],
+            "softmax": [_maybe(v) for v in r.softmax], "kq_soft_max": [_num(v) for v in r.kq_soft_max],
+            "error": [_maybe(v) for v in r.error], "bound": [_maybe(v) for v in r.bound],
+            "reference_slot": r.reference, "why_not": r.why_not or None,
+        },
+        "weighted_sum": None if ws is None else {
+            "dims": ws.dims.tolist(), "slots": ws.slots.tolist(),
+            "terms": [[_num(v) for v in row] for row in ws.terms],
+            "weighted_sum": [_num(v) for v in ws.weighted_sum], "kqv": [_num(v) for v in ws.kqv],
+            "error": [_num(v) for v in ws.error], "bound": [_num(v) for v in ws.bound],
+        },
+        "weighted_sum_why_not": w.weighted_why_not or None,
+        "P_h": {"queries": w.P_queries.tolist(), "slots": w.P_slots.tolist(),
+                "visible_slots": [0, w.n_visible_cols - 1],
+                "weights": [[_num(v) for v in row] for row in w.P_h],
+                "visible": [[bool(j <= w.n_past + t) for j in w.P_slots] for t in w.P_queries]},
+        "compared": w.compared, "worst_ratio": w.worst_ratio, "passed": w.passed,
+        "notes": list(w.notes),
+    }

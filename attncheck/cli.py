@@ -55,10 +55,11 @@ def _write_json(doc: dict, target: str | None) -> None:
 @click.option("--layer", "layers", type=int, multiple=True, help="Check only this layer (repeatable).")
 @click.option("--head", "heads", type=int, multiple=True, help="Check only this head (repeatable).")
 @click.option("--json", "json_out", metavar="FILE|-", help="Write the JSON report (schema 1); '-' for stdout.")
+@click.option("--junit", metavar="FILE", help="Write JUnit XML: one testcase per evaluation × layer.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failing site.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict line (and failures).")
 @click.option("-v", "--verbose", is_flag=True, help="Every check of every site.")
-def check(dumps, kq_scale, layers, heads, json_out, fail_fast, quiet, verbose):
+def check(dumps, kq_scale, layers, heads, json_out, junit, fail_fast, quiet, verbose):
     """Check every attention head in one or more dumps (default: stdin)."""
     from .progress import evaluation_progress, wanted as progress_wanted
     from .verify import Options, verify
@@ -92,6 +93,10 @@ def check(dumps, kq_scale, layers, heads, json_out, fail_fast, quiet, verbose):
     if json_out:
         docs = [r.to_dict() for r in reports]
         _write_json(docs[0] if len(docs) == 1 and len(codes) == 1 else {"schema": SCHEMA, "dumps": docs}, json_out)
+    if junit:
+        from .junit import check_xml, write
+
+        write(check_xml(reports, list(zip(dumps or ("-",), codes))), junit)
     sys.exit(_combine(codes))
 
 
@@ -227,6 +232,45 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model):
     if json_out:
         _write_json(walk_dict(w), json_out)
     sys.exit(EXIT_PASS if w.passed else EXIT_FAIL)
+
+
+@main.command(name="diff")
+@click.argument("old")
+@click.argument("new")
+@click.option("--prefix", is_flag=True, help="One prompt extends the other: compare only what causality fixes.")
+@click.option("--json", "json_out", metavar="FILE|-", help="Write the JSON report (schema 1, kind diff); '-': stdout.")
+@click.option("--junit", metavar="FILE", help="Write JUnit XML: one testcase per evaluation × layer.")
+@click.option("--atol", type=float, help="Absolute tolerance (default 1e-4: two prints of 4 decimals).")
+@click.option("--rtol", type=float, help="Relative tolerance (default 2^-16).")
+@click.option("--nmse", is_flag=True, help="Per-op NMSE thresholds as llama.cpp's test-backend-ops, not atol/rtol.")
+@click.option("-q", "--quiet", is_flag=True, help="Only the divergences and the verdict.")
+@click.option("-v", "--verbose", is_flag=True, help="Every matched node, compared or not, and every unmatched one.")
+def diff_(old, new, prefix, json_out, junit, atol, rtol, nmse, quiet, verbose):
+    """Compare two dumps of one model and prompt node by node (two llama.cpp builds): where they first diverge."""
+    from .diff import ATOL, RTOL, DiffReport, Tolerance, diff
+    from .junit import diff_xml, write
+    from .render_diff import diff_dict, render_diff
+
+    if nmse and (atol is not None or rtol is not None):
+        raise click.UsageError("--nmse replaces --atol/--rtol: give one or the other")
+    given = atol is not None or rtol is not None
+    tol = Tolerance(ATOL if atol is None else atol, RTOL if rtol is None else rtol, nmse,
+                    "--atol/--rtol" if given else "print precision")
+    try:
+        rep = diff(old, new, prefix=prefix, tolerance=tol)
+    except Exception as e:  # unusable input (DumpError names file and line) or a bug: one line, exit 2
+        what = str(e) if isinstance(e, DumpError) else f"internal error ({type(e).__name__}: {e}); please report it"
+        rep = DiffReport(old, new, prefix, tol, error=what)
+    for w in rep.warnings:
+        click.echo(f"attncheck: warning: {w}", err=True)
+    if rep.error:
+        _fail(f"{old} vs {new}: {rep.error}")
+    render_diff(rep, _console(stderr=json_out == "-"), quiet=quiet, verbose=verbose)
+    if json_out:
+        _write_json(diff_dict(rep), json_out)
+    if junit:
+        write(diff_xml(rep), junit)
+    sys.exit(rep.exit_code)
 
 
 if __name__ == "__main__":

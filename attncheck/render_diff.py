@@ -1,0 +1,182 @@
+"""DiffReport → text for people (a table per matched node, the divergences, a verdict) and the JSON document."""
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from .diff import NMSE_MAX, NMSE_OTHER, DiffReport, NodeDiff
+from .report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, SCHEMA
+
+LIST_LIMIT = 20  # one-dump-only nodes and divergences listed without --verbose
+
+
+def tolerance_line(rep: DiffReport) -> str:
+    t = rep.tolerance
+    if t.nmse:
+        per_op = ", ".join(f"{op} {v:g}" for op, v in NMSE_MAX.items())
+        return f"tolerance: NMSE per op as test-backend-ops ({per_op}, other ops {NMSE_OTHER:g})"
+    return f"tolerance: |new − old| ≤ {t.atol:g} + {t.rtol:.3g}·|x| ({t.origin})"
+
+
+def prompt_line(rep: DiffReport) -> str:
+    if rep.prompt_note:
+        return rep.prompt_note
+    if rep.prompt == "prefix":
+        return "prompt: one run's token ids extend the other's; compared what causality fixes (--prefix)"
+    ids = next((a for a, _ in rep.tokens if a is not None), None)
+    return f"prompt: the same token ids {list(ids)}" if ids is not None else ""
+
+
+def where(nd: NodeDiff) -> str:
+    return f"eval {nd.evaluation} {nd.role.group} {nd.role.name}"
+
+
+_ORDER = ("head", "kv_head", "query", "token", "slot", "dim", "elem", "vocab", "flat", "i3", "i2", "i1", "i0")
+
+
+def _at(place: dict[str, int] | None) -> str:
+    """A logical place, in the order check's messages use: head, query, slot or dim."""
+    items = sorted((place or {}).items(), key=lambda kv: _ORDER.index(kv[0]) if kv[0] in _ORDER else len(_ORDER))
+    return ", ".join(f"{k} {v}" for k, v in items)
+
+
+def divergence_line(nd: NodeDiff, nmse: bool) -> str:
+    """The node, its worst element by logical place, and what it would have needed."""
+    names = f"'{nd.old.name}' (OLD line {nd.old.line}) / '{nd.new.name}' (NEW line {nd.new.line})"
+    worst = (f"{_at(nd.worst)}: {nd.worst_old:.4f} vs {nd.worst_new:.4f}, |Δ| {nd.max_abs:.1e}")
+    if nmse:
+        need = f"NMSE {nd.nmse:.1e} > {nd.nmse_max:g} for {nd.new.op}"
+    elif nd.failed:
+        need = (f"> tol {nd.tol:.1e} in {nd.failed} of {nd.compared} elements; needs atol {nd.needed_atol:.1e} "
+                f"or rtol {nd.needed_rtol:.1e}; NMSE {nd.nmse:.1e}")
+    else:
+        need = "elements within tolerance"
+    s = nd.sum
+    if s is not None and not s.passed and not nmse:
+        need += f"; sum {s.old:.6f} vs {s.new:.6f}, |Δ| {s.diff:.1e} > {s.tol:.1e}"
+    return f"{where(nd)}: {names} {worst} {need}"
+
+
+def node_table(rep: DiffReport, verbose: bool) -> Table:
+    """One row per matched node (compared ones; skipped ones too with --verbose); max rel is in the JSON."""
+    t = Table(title=f"diff {rep.old} → {rep.new}", title_justify="left", header_style="bold",
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    need = "NMSE max" if rep.tolerance.nmse else "need atol"
+    numbers = ("n", "max |Δ|", "NMSE", need)
+    t.add_column("eval/layer", no_wrap=True)
+    t.add_column("role", no_wrap=True)
+    t.add_column("node:line (OLD → NEW)", min_width=30)
+    for col in numbers:
+        t.add_column(col, justify="right", no_wrap=True, min_width=len(col))
+    t.add_column("")
+    for nd in rep.nodes:
+        if nd.skipped and not verbose:
+            continue
+        at = f"{nd.evaluation}/{nd.role.group.replace('layer ', '')}"
+        old, new = f"{nd.old.name}:{nd.old.line}", f"{nd.new.name}:{nd.new.line}"
+        names = old if old == new else f"{old} → {new}"
+        if nd.skipped:
+            t.add_row(at, nd.role.name, names, "0", "", "", "", f"[dim]{nd.skipped}[/]")
+            continue
+        status = "[bold red]DIFF[/]" if nd.diverged else "[green]same[/]"
+        t.add_row(at, nd.role.name, names, str(nd.compared), f"{nd.max_abs:.1e}", f"{nd.nmse:.1e}",
+                  f"{nd.nmse_max:g}" if nd.nmse_max is not None else f"{nd.needed_atol:.1e}", status)
+    return t
+
+
+def verdict(rep: DiffReport) -> str:
+    t = rep.totals()
+    pair = f"{rep.old} → {rep.new}"
+    only = f"; {t['only_old'] + t['only_new']} nodes in one dump only" if rep.only else ""
+    tests = f"{t['tests']} evaluation×layer tests"
+    if rep.exit_code == EXIT_INPUT:
+        return f"ERROR diff {pair}: {rep.error}"
+    if rep.exit_code == EXIT_PASS:
+        return (f"PASS diff {pair}: {t['compared']} nodes ({t['elements_compared']} printed elements) agree in "
+                f"{tests}{only}")
+    if rep.exit_code == EXIT_FAIL:
+        first = rep.first_divergent
+        msg = (f"FAIL diff {pair}: {t['diverged']} of {t['compared']} nodes differ, in {t['tests_failed']} of "
+               f"{tests}; first divergent node: {where(first)} '{first.new.name}' (|Δ| {first.max_abs:.1e} at "
+               f"{_at(first.worst)})")
+        comp = rep.first_computed
+        if comp is not None and comp is not first:
+            msg += f"; first divergent computation: {where(comp)} '{comp.new.name}' ({comp.new.op})"
+        return msg + only
+    return f"UNVERIFIED diff {pair}: no printed element could be compared{only}"
+
+
+def render_diff(rep: DiffReport, console: Console, *, quiet: bool = False, verbose: bool = False) -> None:
+    if rep.exit_code != EXIT_INPUT:
+        if not quiet:
+            console.print(node_table(rep, verbose))
+            skipped = rep.totals()["skipped"]
+            if skipped and not verbose:
+                console.print(f"[dim]{skipped} matched nodes not compared (-v lists them and why)[/]")
+        for line in filter(None, (tolerance_line(rep), prompt_line(rep))):
+            console.print(f"[dim]{line}[/]", highlight=False)
+        limit = None if verbose else LIST_LIMIT
+        for u in [] if quiet else rep.only[:limit]:
+            console.print(f"[yellow]only in {u.side.upper()}: eval {u.evaluation} {u.role.group} {u.role.name} "
+                          f"'{u.node.name}' (line {u.node.line}, {u.node.op})[/]", highlight=False, soft_wrap=True)
+        if limit is not None and len(rep.only) > limit and not quiet:
+            console.print(f"[yellow]... and {len(rep.only) - limit} more nodes in one dump only (-v or --json)[/]")
+        for nd in rep.diverged[:limit]:
+            console.print(f"[red]{divergence_line(nd, rep.tolerance.nmse)}[/]", highlight=False, soft_wrap=True)
+    style = {EXIT_PASS: "bold green", EXIT_FAIL: "bold red"}.get(rep.exit_code, "bold yellow")
+    console.print(f"[{style}]{verdict(rep)}[/]", highlight=False, soft_wrap=True)
+
+
+def _num(x: float):
+    """JSON has no inf/nan: write them as strings."""
+    return x if x == x and abs(x) != float("inf") else str(x)
+
+
+def _ref(r) -> dict:
+    return {"name": r.name, "line": r.line, "op": r.op, "type": r.type, "ne": list(r.ne)}
+
+
+def _role(role) -> dict:
+    return {"section": role.section, "layer": role.layer, "role": role.name, "kind": role.kind}
+
+
+def _node(nd: NodeDiff) -> dict:
+    s = nd.sum
+    return {
+        "evaluation": nd.evaluation, "run": nd.run, **_role(nd.role), "old": _ref(nd.old), "new": _ref(nd.new),
+        "matched_by": nd.how or None, "compared": nd.compared, "skipped": nd.skipped or None,
+        "diverged": nd.diverged, "failed": nd.failed, "max_abs": _num(nd.max_abs), "max_rel": _num(nd.max_rel),
+        "nmse": _num(nd.nmse), "nmse_max": nd.nmse_max, "tolerance_at_worst": _num(nd.tol), "ratio": _num(nd.ratio),
+        "needed_atol": _num(nd.needed_atol), "needed_rtol": _num(nd.needed_rtol),
+        "worst": None if nd.worst is None or nd.skipped else {"at": nd.worst, "old": _num(nd.worst_old),
+                                                               "new": _num(nd.worst_new)},
+        "sum": None if s is None else {"old": s.old, "new": s.new, "diff": s.diff, "tolerance": s.tol,
+                                       "passed": s.passed},
+    }
+
+
+def diff_dict(rep: DiffReport) -> dict:
+    """The JSON document: schema 1, kind diff, one record per matched node and per node in one dump only."""
+    from . import __version__
+
+    t = rep.tolerance
+    first, comp = rep.first_divergent, rep.first_computed
+    return {
+        "schema": SCHEMA, "kind": "diff", "tool": "attncheck", "version": __version__,
+        "old": rep.old, "new": rep.new, "prefix": rep.prefix,
+        "verdict": rep.verdict, "exit_code": rep.exit_code, "error": rep.error or None,
+        "tolerance": {"mode": "nmse" if t.nmse else "elementwise", "atol": t.atol, "rtol": t.rtol,
+                      "origin": t.origin, "nmse_max": {**NMSE_MAX, "other": NMSE_OTHER} if t.nmse else None},
+        "prompt": {"relation": rep.prompt or None, "compared": rep.prompt in ("same", "prefix"),
+                   "note": rep.prompt_note or None,
+                   "tokens": [{"old": None if a is None else list(a), "new": None if b is None else list(b)}
+                              for a, b in rep.tokens]},
+        "totals": rep.totals(),
+        "first_divergent": None if first is None else _node(first),
+        "first_divergent_computation": None if comp is None else _node(comp),
+        "nodes": [_node(n) for n in rep.nodes],
+        "only": [{"side": u.side, "evaluation": u.evaluation, "run": u.run, **_role(u.role), "node": _ref(u.node)}
+                 for u in rep.only],
+        "warnings": rep.warnings,
+    }

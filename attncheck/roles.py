@@ -1,0 +1,293 @@
+"""Evaluation → roles: what every node of the graph is (q, kq, k_store, ffn_out, ...), found by op and by the
+sources headers name, relative to the attention sites, never by node names (they changed between llama.cpp
+versions: kq_soft_max_ext vs kq_soft_max, k-0 vs cache_k_l0 (view) (permuted), kqv_merged_cont vs kqv_out).
+
+Three kinds of role, so two dumps of different llama.cpp versions line up by (layer, role):
+- role:    a node llama.cpp's attention and residual structure defines (table in ROLES);
+- derived: a node that feeds a role node, named by the path to it (`Qcur.src0` is the node Qcur reads first);
+- other:   the catch-all, `other:OP#k` (k-th such node of that op in the layer), listed, matched only by position.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .graph import Evaluation
+from .records import Node
+
+LAYOUT = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT"}  # ops that move values without computing
+
+# role: what it is (in graph order within a layer); derived names start from these, in this order
+ROLES = {
+    "inp_embd": "the residual stream entering layer 0 (token and position embeddings)",
+    "attn_norm": "the normalised input of the Q/K/V projections",
+    "Qcur": "queries before the views (after RoPE where present)",
+    "Kcur": "keys before the views, as stored (after RoPE where present)",
+    "Vcur": "values before the views, as stored",
+    "k_store": "the node writing K into the cache (SET_ROWS today, CPY in 2024)",
+    "v_store": "the node writing V into the cache",
+    "q": "kq's src1: queries {D_h, T, H}",
+    "k_view": "kq's src0: K cache view {D_h, n_kv, H_kv}",
+    "v_view": "kqv's src0: V cache view {n_kv, D_h, H_kv}",
+    "kq": "MUL_MAT(k, q): raw scores {n_kv, T, H}",
+    "kq_scores": "what SOFT_MAX reads when it is not kq itself (kq_scaled, soft-capping)",
+    "kq_soft_max": "SOFT_MAX: weights {n_kv, T, H}",
+    "kqv": "MUL_MAT(v, kq_soft_max): per-head outputs {D_h, T, H}",
+    "flash_attn": "FLASH_ATTN_EXT(q, k): per-head outputs {D_h, H, T}",
+    "kqv_out": "the heads merged (the CONT/RESHAPE after kqv)",
+    "attn_out": "the output projection of kqv_out (plus its bias when present)",
+    "ffn_inp": "residual + attn_out",
+    "ffn_norm": "the normalised input of the FFN",
+    "ffn_out": "the FFN's output, added to ffn_inp",
+    "l_out": "the layer's output: ffn_inp + ffn_out",
+    "result_norm": "the final norm",
+    "result_output": "the logits",
+}
+STORES = ("k_store", "v_store")
+
+
+@dataclass(frozen=True)
+class Role:
+    """Where a node sits: section (input, layer, output), layer (None outside layers), role name and kind."""
+
+    section: str
+    layer: int | None
+    name: str
+    kind: str  # role | derived | other
+    ops: str = ""  # derived: the ops along its path, so that `ffn_out.src1` of SWIGLU and of MUL stay apart
+
+    @property
+    def key(self) -> tuple:
+        """What matches a node across dumps (with the evaluation): never its name."""
+        return (self.section, -1 if self.layer is None else self.layer, self.name, self.ops)
+
+    @property
+    def group(self) -> str:
+        """The evaluation × layer group it is reported under."""
+        return f"layer {self.layer}" if self.section == "layer" else self.section
+
+
+@dataclass
+class Roles:
+    """The roles of one evaluation's nodes; `layers` holds, per layer, the nodes of its named roles."""
+
+    of: dict[int, Role]  # id(node) -> Role
+    layers: list[dict[str, Node]]
+    after_out_ids: set[int]  # id(node) of rows re-selected by GET_ROWS(..., out_ids), and all that reads them
+
+    def role(self, node: Node) -> Role:
+        return self.of[id(node)]
+
+
+def _weight_matmul(n: Node | None) -> bool:
+    """MUL_MAT of a weight: src0 is not a printed node (weights are not printed), src1 is."""
+    return n is not None and n.op == "MUL_MAT" and n.inputs[0] is None and n.inputs[1] is not None
+
+
+def _chain_back(start: Node | None) -> list[Node]:
+    """start, then src0 after src0 through layout ops, ending at the first node that computes (included)."""
+    out: list[Node] = []
+    n = start
+    while n is not None and len(out) < 32:
+        out.append(n)
+        if n.op not in LAYOUT:
+            break
+        n = n.inputs[0]
+    return out
+
+
+def _cur(chain: list[Node], D_h: int | None, T: int) -> Node | None:
+    """Qcur/Kcur/Vcur on a chain back from the attention: the RoPE when present, else the earliest node of the
+    per-head shape {D_h, H, T, 1} (before the views), else the node that computed it."""
+    if not chain:
+        return None
+    for n in chain:
+        if n.op == "ROPE":
+            return n
+    shaped = [n for n in chain if n.ne[0] == D_h and n.ne[2] == T and n.ne[3] == 1]
+    if shaped:
+        return shaped[-1]
+    return chain[-1] if chain[-1].op not in LAYOUT else None
+
+
+def _norm_of(cur: Node | None) -> Node | None:
+    """The normalised input of a projection: walk src0 back from a Qcur/Kcur/Vcur to its weight MUL_MAT."""
+    n, steps = cur, 0
+    while n is not None and steps < 16:
+        if _weight_matmul(n):
+            return n.inputs[1]
+        n, steps = n.inputs[0], steps + 1
+    return None
+
+
+def assign(ev: Evaluation) -> Roles:
+    """Give every node of the evaluation a role and a layer (the k-th attention site is layer k)."""
+    order = {id(n): i for i, n in enumerate(ev.nodes)}
+    consumers: dict[int, list[Node]] = defaultdict(list)
+    for n in ev.nodes:
+        for s in n.inputs:
+            if s is not None:
+                consumers[id(s)].append(n)
+    attn = [(s.kqv, s) for s in ev.sites] or [(f, None) for f in ev.flash]
+    layers: list[dict[str, Node]] = []
+    prev_end = -1
+    for out, site in attn:
+        r: dict[str, Node] = {}
+        if site is not None:
+            r.update(kq_soft_max=site.softmax, kq=site.kq, q=site.q, k_view=site.k, v_view=site.v, kqv=site.kqv)
+            if site.scores is not site.kq:
+                r["kq_scores"] = site.scores
+            first = site.kq or site.softmax
+            T, D_h = site.T, site.D_h
+        else:
+            r.update(flash_attn=out, q=out.inputs[0], k_view=out.inputs[1])
+            first, T, D_h = out, out.ne[2], out.ne[0]
+        r = {k: v for k, v in r.items() if v is not None}
+        span = ev.nodes[prev_end + 1: order[id(first)]]
+        _stores(span, r)
+        if site is None and "k_view" in r:  # FLASH_ATTN_EXT does not name V: the other view of K's shape
+            v = [n for n in span if n.ne == r["k_view"].ne and n is not r["k_view"] and n.op in LAYOUT]
+            if v:
+                r["v_view"] = v[-1]
+        r.update({k: v for k, v in (
+            ("Qcur", _cur(_chain_back(r["q"].inputs[0]) if "q" in r else [], D_h, T)),
+            ("Kcur", _cur(_chain_back(r["k_store"].inputs[0]) if "k_store" in r else [], D_h, T)),
+            ("Vcur", _cur(_chain_back(r["v_store"].inputs[0]) if "v_store" in r else [], D_h, T)),
+        ) if v is not None})
+        norm = _norm_of(r.get("Qcur")) or _norm_of(r.get("Kcur"))
+        if norm is not None:
+            r["attn_norm"] = norm
+        end = _after_attention(out, r, ev.nodes, order, consumers)
+        layers.append(r)
+        prev_end = end if end is not None else order[id(out)] if out is not None else prev_end
+    of: dict[int, Role] = {}
+    sections: list[tuple[str, int | None, dict[str, Node]]] = []
+    if layers and "ffn_inp" in layers[0]:
+        inp = _residual(layers[0]["ffn_inp"], layers[0].get("attn_out"))
+        if inp is not None:
+            sections.append(("input", None, {"inp_embd": inp}))
+    sections += [("layer", L, r) for L, r in enumerate(layers)]
+    if layers and "l_out" in layers[-1]:
+        tail = [n for n in ev.nodes[order[id(layers[-1]["l_out"])] + 1:] if _weight_matmul(n)]
+        if tail:
+            out_roles = {"result_output": tail[-1]}
+            if tail[-1].inputs[1] is not None:
+                out_roles["result_norm"] = tail[-1].inputs[1]
+            sections.append(("output", None, out_roles))
+    for section, L, r in sections:
+        for name in ROLES:
+            n = r.get(name)
+            if n is not None and id(n) not in of:
+                of[id(n)] = Role(section, L, name, "role")
+    for section, L, r in sections:
+        for name in ROLES:
+            if name in r:
+                _derive(r[name], name, section, L, of)
+    _catch_all(ev.nodes, of)
+    return Roles(of, layers, _after_out_ids(ev.nodes, consumers))
+
+
+def _stores(span: list[Node], r: dict[str, Node]) -> None:
+    """The cache writes before a layer's attention: SET_ROWS, or CPY into a view (2024). K is written first
+    (llama.cpp's build_attn stores K, then V, in every version)."""
+    stores = [n for n in span if n.op == "SET_ROWS" or (n.op == "CPY" and n.inputs[1] is not None
+                                                        and n.inputs[1].op == "VIEW")]
+    for name, n in zip(STORES, stores):
+        r[name] = n
+
+
+def _after_attention(out: Node | None, r: dict[str, Node], nodes: list[Node], order: dict[int, int],
+                     consumers: dict[int, list[Node]]) -> int | None:
+    """kqv_out, attn_out, ffn_inp, ffn_norm, ffn_out, l_out after one layer's attention; returns l_out's index."""
+    if out is None:
+        return None
+    n = out
+    while True:  # through the permute/cont that merge the heads
+        nxt = [c for c in consumers[id(n)] if c.op in LAYOUT and c.inputs[0] is n]
+        if not nxt:
+            break
+        n = nxt[0]
+    if n is not out:
+        r["kqv_out"] = n
+    mm = next((c for c in consumers[id(n)] if _weight_matmul(c) and c.inputs[1] is n), None)
+    if mm is None:
+        return None
+    bias = next((c for c in consumers[id(mm)] if c.op == "ADD" and c.inputs[0] is mm and c.inputs[1] is None), None)
+    attn_out = bias or mm
+    r["attn_out"] = attn_out
+    n = attn_out
+    while True:  # ffn_inp = residual + attn_out, possibly after GET_ROWS(out_ids) in the last layer
+        c = consumers[id(n)]
+        add = next((x for x in c if x.op == "ADD"), None)
+        if add is not None:
+            r["ffn_inp"] = add
+            break
+        rows = next((x for x in c if x.op == "GET_ROWS" and x.inputs[0] is n), None)
+        if rows is None:
+            return None
+        n = rows
+    ffn_inp = r["ffn_inp"]
+    later = nodes[order[id(ffn_inp)] + 1:]
+    l_out = next((x for x in later if x.op == "ADD" and ffn_inp in x.inputs), None)
+    if l_out is None:
+        return None
+    r["l_out"] = l_out
+    other = l_out.inputs[0] if l_out.inputs[1] is ffn_inp else l_out.inputs[1]
+    if other is not None:
+        r["ffn_out"] = other
+    mm = next((x for x in nodes[order[id(ffn_inp)] + 1: order[id(l_out)]] if _weight_matmul(x)), None)
+    if mm is not None:
+        r["ffn_norm"] = mm.inputs[1]
+    return order[id(l_out)]
+
+
+def _residual(ffn_inp: Node, attn_out: Node | None) -> Node | None:
+    """The residual input of layer 0's ffn_inp (through GET_ROWS in a one-layer model): the embeddings."""
+    for s in ffn_inp.inputs:
+        while s is not None and s.op == "GET_ROWS" and s.inputs[0] is not None:
+            if s.inputs[0] is attn_out:
+                break
+            s = s.inputs[0]
+        if s is not None and s is not attn_out and not (s.op == "GET_ROWS" and s.inputs[0] is not None):
+            return s
+    return None
+
+
+def _derive(node: Node, name: str, section: str, layer: int | None, of: dict[int, Role]) -> None:
+    """Name the unnamed nodes feeding a role node by their path to it: `kq.src0.src1`."""
+    stack = [(node, name, "")]
+    while stack:
+        n, path, ops = stack.pop()
+        for i in (1, 0):  # pushed so that src0 is named first
+            s = n.inputs[i]
+            if s is not None and id(s) not in of:
+                sub = (f"{path}.src{i}", f"{ops}/{s.op}")
+                of[id(s)] = Role(section, layer, sub[0], "derived", sub[1])
+                stack.append((s, *sub))
+
+
+def _catch_all(nodes: list[Node], of: dict[int, Role]) -> None:
+    """Nodes no role reaches: `other:OP#k`, placed in the section of the nearest named node before them."""
+    where: tuple[str, int | None] = ("input", None)
+    count: dict[tuple, int] = defaultdict(int)
+    for n in nodes:
+        r = of.get(id(n))
+        if r is not None:
+            where = (r.section, r.layer)
+            continue
+        k = (*where, n.op)
+        of[id(n)] = Role(where[0], where[1], f"other:{n.op}#{count[k]}", "other")
+        count[k] += 1
+
+
+def _after_out_ids(nodes: list[Node], consumers: dict[int, list[Node]]) -> set[int]:
+    """GET_ROWS of an activation (rows kept for output by out_ids) and every node that reads them."""
+    seen: set[int] = set()
+    stack = [n for n in nodes if n.op == "GET_ROWS" and n.inputs[0] is not None]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        stack.extend(consumers[id(n)])
+    return seen

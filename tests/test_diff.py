@@ -1,0 +1,202 @@
+"""attncheck diff on real dumps: same dump, an edited copy, a prefix prompt, another model, an f16 vs f32 KV cache,
+a 2024-format dump against today's; and the JUnit XML of diff and check."""
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from attncheck.diff import diff
+from attncheck.roles import assign
+from attncheck.graph import read_dump
+from conftest import FIXTURES, attncheck as run
+
+F16, F32 = FIXTURES / "gpt2-how-are-you.txt", FIXTURES / "gpt2-kv-f32.txt"
+OLD_LLAMA, NEW_LLAMA = FIXTURES / "old-llama-gqa-how-are-you.txt", FIXTURES / "llama-gqa-how-are-you.txt"
+
+
+def edit_row_value(src, dst, node: str, row: int, item: int, delta: float) -> float:
+    """Copy a dump, moving one printed value of `node`: its row-th printed row line, item-th printed value."""
+    lines = src.read_text().splitlines(keepends=True)
+    head = next(i for i, line in enumerate(lines) if re.search(rf": +{re.escape(node)} = \(", line))
+    rows = [i for i in range(head + 1, len(lines)) if re.match(r"\s+\[\s*-?\d", lines[i])]
+    at = rows[row]
+    values = list(re.finditer(r"-?\d+\.\d+", lines[at]))
+    start, end = values[item].span()
+    old = float(values[item].group())
+    text = ("%.4f" % (old + delta)).rjust(end - start)
+    start -= len(text) - (end - start)  # a longer number takes a leading space, as %12.4f would
+    lines[at] = lines[at][:start] + text + lines[at][end:]
+    dst.write_text("".join(lines))
+    return old
+
+
+def test_same_dump_exit_0():
+    r = run("diff", FIXTURES / "gpt2-how-are.txt", FIXTURES / "gpt2-how-are.txt")
+    assert r.code == 0, r.out + r.err
+    assert "PASS diff" in r.out
+
+
+@pytest.mark.parametrize("name", ["gpt2-ubatch2.txt", "llama-gqa-draw.txt", "gpt2-flash-attn.txt",
+                                  "old-llama-gqa-how-are-you.txt"])
+def test_every_kind_of_dump_equals_itself(name):
+    rep = diff(FIXTURES / name, FIXTURES / name)
+    assert rep.exit_code == 0 and not rep.only and rep.compared
+
+
+def test_one_softmax_value_moved(tmp_path):
+    bad = tmp_path / "moved.txt"
+    # kq_soft_max-0 {256, 2, 12, 1}: row 1 is head 0, query 1; item 1 is slot 1
+    edit_row_value(FIXTURES / "gpt2-how-are.txt", bad, "kq_soft_max-0", row=1, item=1, delta=0.01)
+    r = run("diff", FIXTURES / "gpt2-how-are.txt", bad, "--json", "-")
+    assert r.code == 1, r.err
+    doc = r.json()
+    first = doc["first_divergent"]
+    assert (first["evaluation"], first["layer"], first["role"]) == (0, 0, "kq_soft_max")
+    assert first["worst"]["at"] == {"slot": 1, "query": 1, "head": 0}
+    assert first["max_abs"] == pytest.approx(0.01, abs=1e-9)
+    assert doc["totals"]["diverged"] == 1
+    text = run("diff", FIXTURES / "gpt2-how-are.txt", bad)
+    assert "eval 0 layer 0 kq_soft_max 'kq_soft_max-0'" in text.out
+    assert "head 0, query 1, slot 1" in text.out
+
+
+def test_prefix_prompt():
+    r = run("diff", FIXTURES / "gpt2-how-are.txt", FIXTURES / "gpt2-how-are-you.txt", "--prefix", "--json", "-")
+    assert r.code == 0, r.err
+    doc = r.json()
+    assert doc["prompt"]["relation"] == "prefix"
+    nodes = {(n["layer"], n["role"]): n for n in doc["nodes"]}
+    assert nodes[(0, "kq")]["compared"] == 6 * 3  # 6 printed heads × the 3 visible (query, slot) of T = 2
+    assert nodes[(1, "ffn_inp")]["skipped"].startswith("rows re-selected by out_ids")
+    # how-are-you's log lost its tail: the nodes after it are listed, not dropped
+    assert {(u["side"], u["layer"], u["role"]) for u in doc["only"]} >= {("old", 1, "l_out"), ("old", None, "result_output")}
+
+
+def test_extended_prompt_needs_prefix():
+    r = run("diff", FIXTURES / "gpt2-how-are.txt", FIXTURES / "gpt2-how-are-you.txt")
+    assert r.code == 2
+    assert "different prompts" in r.err and "--prefix" in r.err
+
+
+def test_other_model_exit_2():
+    r = run("diff", FIXTURES / "gpt2-how-are.txt", FIXTURES / "llama-gqa-draw.txt")
+    assert r.code == 2
+    assert "different models" in r.err
+    assert "Traceback" not in r.err
+
+
+def test_no_token_ids_and_different_T_exit_2():
+    r = run("diff", OLD_LLAMA, FIXTURES / "llama-gqa-draw.txt")
+    assert r.code == 2
+    assert "different prompts" in r.err
+
+
+def test_kv_cache_f16_vs_f32():
+    r = run("diff", F16, F32, "--json", "-")
+    assert r.code == 1, r.err
+    doc = r.json()
+    first = doc["first_divergent"]
+    assert (first["layer"], first["role"], first["new"]["op"]) == (0, "k_store", "SET_ROWS")
+    assert first["max_abs"] == pytest.approx(4e-4, abs=5e-6)
+    assert doc["first_divergent_computation"]["role"] == "kq"
+    assert doc["first_divergent_computation"]["layer"] == 0
+    order = [(n["layer"], n["role"]) for n in doc["nodes"] if n["diverged"]]
+    assert order.index((0, "k_store")) < order.index((0, "kq"))
+    # everything before the cache write is the same computation
+    before = doc["nodes"][: [n["role"] for n in doc["nodes"]].index("k_store")]
+    assert before and all(n["max_abs"] == 0 for n in before)
+    for n in doc["nodes"]:
+        assert isinstance(n["nmse"], float) and isinstance(n["needed_atol"], float)
+
+
+def test_kv_cache_f16_vs_f32_nmse():
+    doc = run("diff", F16, F32, "--nmse", "--json", "-").json()
+    assert doc["exit_code"] == 1
+    nodes = {(n["layer"], n["role"]): n for n in doc["nodes"]}
+    assert not nodes[(0, "k_store")]["diverged"] and not nodes[(0, "kq")]["diverged"]  # within 1e-7 and 5e-4
+    first = doc["first_divergent"]
+    assert (first["layer"], first["role"], first["new"]["op"]) == (0, "attn_out", "ADD")
+    assert first["nmse"] > first["nmse_max"] == 1e-7
+
+
+def test_nmse_excludes_atol():
+    assert run("diff", F16, F32, "--nmse", "--atol", "1").code == 2
+
+
+def test_atol_passes_what_it_needs():
+    doc = run("diff", F16, F32, "--json", "-").json()
+    need = max(n["needed_atol"] for n in doc["nodes"] if not n["skipped"])
+    assert run("diff", F16, F32, "--atol", str(need * 1.001)).code == 0
+
+
+def test_2024_format_against_today():
+    if not NEW_LLAMA.exists():
+        pytest.skip("fixtures/llama-gqa-how-are-you.txt (today's llama.cpp, same model and prompt) is not there yet")
+    r = run("diff", OLD_LLAMA, NEW_LLAMA, "--json", "-")
+    doc = r.json()
+    assert doc["prompt"]["relation"] == "unknown"
+    assert "the prompt could not be compared" in doc["prompt"]["note"]
+    pairs = {(n["layer"], n["role"]): (n["old"]["name"], n["new"]["name"]) for n in doc["nodes"]}
+    assert pairs[(0, "kq_soft_max")] == ("kq_soft_max_ext-0", "kq_soft_max-0")
+    assert pairs[(0, "k_view")] == ("k-0", "cache_k_l0 (view) (permuted)")
+    assert pairs[(0, "kqv_out")] == ("kqv_merged_cont-0", "kqv_out-0")
+    assert pairs[(0, "attn_out")] == ("kqv_out-0", "attn_out-0")
+    assert pairs[(0, "k_store")] == ("k_cache_view-0 (copy of Kcur-0)", "cache_k_l0 (view)")
+    nodes = {(n["layer"], n["role"]): n for n in doc["nodes"]}
+    assert nodes[(0, "kq")]["compared"] == 3 * 3 * 6  # slots 0..2 only: 29..31 of 32 are not 253..255 of 256
+    assert nodes[(0, "k_store")]["matched_by"] == "store"
+    # llama.cpp changed between the two builds: they may differ numerically; they must not be unusable
+    assert r.code in (0, 1), r.err
+    text = run("diff", OLD_LLAMA, NEW_LLAMA)
+    assert "the prompt could not be compared" in text.out
+
+
+def test_roles_do_not_use_names():
+    old = next(read_dump(OLD_LLAMA).evaluations())
+    roles = assign(old)
+    by_role = {(r.layer, r.name): n for n in old.nodes if (r := roles.role(n)).kind == "role"}
+    assert by_role[(0, "k_store")].op == "CPY" and by_role[(0, "v_store")].op == "CPY"
+    assert by_role[(0, "Kcur")].op == "ROPE" and by_role[(0, "Qcur")].op == "ROPE"
+    assert by_role[(1, "attn_out")].name == "kqv_out-1"
+
+
+def _verdict_counts(out: str, what: str) -> tuple[int, int]:
+    m = re.search(rf"(\d+) of (\d+) {what}", out)
+    return int(m.group(1)), int(m.group(2))
+
+
+def test_diff_junit_counts(tmp_path):
+    xml = tmp_path / "diff.xml"
+    r = run("diff", F16, F32, "--junit", xml)
+    failed, tests = _verdict_counts(r.out, "evaluation×layer tests")
+    root = ET.parse(xml).getroot()
+    assert root.tag == "testsuites"
+    assert (int(root.get("tests")), int(root.get("failures"))) == (tests, failed) == (3, 2)
+    cases = root.findall("testsuite/testcase")
+    assert [c.get("name") for c in cases] == ["eval 0 input", "eval 0 layer 0", "eval 0 layer 1"]
+    assert "k_store" in cases[1].find("failure").get("message")
+
+
+def test_diff_junit_error(tmp_path):
+    xml = tmp_path / "diff.xml"
+    assert run("diff", FIXTURES / "gpt2-how-are.txt", FIXTURES / "llama-gqa-draw.txt", "--junit", xml).code == 2
+    root = ET.parse(xml).getroot()
+    assert root.get("errors") == "1" and "different models" in root.find(".//error").get("message")
+
+
+def test_check_junit(tmp_path):
+    bad = tmp_path / "moved.txt"
+    edit_row_value(FIXTURES / "gpt2-how-are.txt", bad, "kq_soft_max-0", row=1, item=1, delta=0.01)
+    xml = tmp_path / "check.xml"
+    r = run("check", FIXTURES / "gpt2-how-are.txt", bad, "--junit", xml)
+    assert r.code == 1
+    failed, sites = _verdict_counts(r.out, "sites failed")
+    root = ET.parse(xml).getroot()
+    suites = root.findall("testsuite")
+    assert [int(s.get("tests")) for s in suites] == [2, sites]
+    assert [int(s.get("failures")) for s in suites] == [0, failed] == [0, 1]
+    failure = suites[1].find("testcase/failure")
+    assert "head 0, query 1" in failure.get("message")
+    assert suites[1].find("testcase").get("name") == "eval 0 layer 0"

@@ -108,22 +108,25 @@ def verdict(rep: DiffReport) -> str:
 
 
 def render_diff(rep: DiffReport, console: Console, *, quiet: bool = False, verbose: bool = False) -> None:
-    if rep.exit_code != EXIT_INPUT:
-        if not quiet:
-            console.print(node_table(rep, verbose))
-            skipped = rep.totals()["skipped"]
-            if skipped and not verbose:
-                console.print(f"[dim]{skipped} matched nodes not compared (-v lists them and why)[/]")
-        for line in filter(None, (tolerance_line(rep), prompt_line(rep))):
-            console.print(f"[dim]{line}[/]", highlight=False)
-        limit = None if verbose else LIST_LIMIT
-        for u in [] if quiet else rep.only[:limit]:
-            console.print(f"[yellow]only in {u.side.upper()}: eval {u.evaluation} {u.role.group} {u.role.name} "
-                          f"'{u.node.name}' (line {u.node.line}, {u.node.op})[/]", highlight=False, soft_wrap=True)
-        if limit is not None and len(rep.only) > limit and not quiet:
-            console.print(f"[yellow]... and {len(rep.only) - limit} more nodes in one dump only (-v or --json)[/]")
-        for nd in rep.diverged[:limit]:
-            console.print(f"[red]{divergence_line(nd, rep.tolerance.nmse)}[/]", highlight=False, soft_wrap=True)
+    """The table, tolerance and prompt, nodes in one dump only, divergences, verdict (an unusable pair: the
+    command line has said why on stderr)."""
+    if rep.exit_code == EXIT_INPUT:
+        return
+    if not quiet:
+        console.print(node_table(rep, verbose))
+        skipped = rep.totals()["skipped"]
+        if skipped and not verbose:
+            console.print(f"[dim]{skipped} matched nodes not compared (-v lists them and why)[/]")
+    for line in filter(None, (tolerance_line(rep), prompt_line(rep))):
+        console.print(f"[dim]{line}[/]", highlight=False)
+    limit = None if verbose else LIST_LIMIT
+    for u in [] if quiet else rep.only[:limit]:
+        console.print(f"[yellow]only in {u.side.upper()}: eval {u.evaluation} {u.role.group} {u.role.name} "
+                      f"'{u.node.name}' (line {u.node.line}, {u.node.op})[/]", highlight=False, soft_wrap=True)
+    if limit is not None and len(rep.only) > limit and not quiet:
+        console.print(f"[yellow]... and {len(rep.only) - limit} more nodes in one dump only (-v or --json)[/]")
+    for nd in rep.diverged[:limit]:
+        console.print(f"[red]{divergence_line(nd, rep.tolerance.nmse)}[/]", highlight=False, soft_wrap=True)
     style = {EXIT_PASS: "bold green", EXIT_FAIL: "bold red"}.get(rep.exit_code, "bold yellow")
     console.print(f"[{style}]{verdict(rep)}[/]", highlight=False, soft_wrap=True)
 

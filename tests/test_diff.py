@@ -200,3 +200,25 @@ def test_check_junit(tmp_path):
     failure = suites[1].find("testcase/failure")
     assert "head 0, query 1" in failure.get("message")
     assert suites[1].find("testcase").get("name") == "eval 0 layer 0"
+
+
+def test_slots_are_matched_by_logical_index():
+    """A 32-slot view and a 256-slot view share printed slots 0..2; slot 29 is not slot 253."""
+    import numpy as np
+
+    from attncheck.align import Geometry, align
+    from attncheck.records import Node
+    from attncheck.roles import Role
+    from attncheck.sample import Sample, printed_indices
+
+    def kq(n_kv: int) -> Sample:
+        node = Node("kq-0", "f32", "MUL_MAT", (None, None), (n_kv, 3, 8, 1), 1, b"", 2)
+        index = (np.arange(1), printed_indices(8), printed_indices(3), printed_indices(n_kv))
+        values = np.broadcast_to(index[3].astype(float), (1, 6, 3, 6)).copy()  # each value is its slot number
+        return Sample(node, values, index, (0.0,))
+
+    g = lambda n_kv: Geometry(T=3, n_past=0, n_kv=n_kv, n_embd_k=64, n_embd_v=64, v_slot_axis=0)  # noqa: E731
+    al = align(kq(32), kq(256), Role("layer", 0, "kq", "role"), g(32), g(256))
+    assert al.how == "index"
+    assert sorted(set(al.keys[:, 0])) == [0, 1, 2]
+    assert (al.old == al.new).all() and len(al.old) == 3 * 3 * 6

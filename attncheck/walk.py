@@ -335,13 +335,14 @@ def _query_row(p: np.ndarray, s: np.ndarray | None, slots: np.ndarray, n_past: i
             with np.errstate(over="ignore", invalid="ignore"):
                 pred = p[k] * np.exp(scale * (s - s[k]))
             softmax = np.where(others, pred, softmax)
-            bound = np.where(others, bounds.ratio_bound(pred, p[k], scale), bound)
+            bound = np.where(others, np.nan_to_num(bounds.ratio_bound(pred, p[k], scale), nan=0.0), bound)
     else:
         x = np.where(vis, scaled, -np.inf)
         with np.errstate(invalid="ignore", over="ignore"):
             e = np.exp(x - x.max())
             softmax = e / e.sum()
-        bound = np.where(vis, bounds.softmax_bound(softmax, scale, n_visible, np.abs(np.where(vis, x, 0.0))), 0.0)
+        b = bounds.softmax_bound(softmax, scale, n_visible, np.abs(np.where(vis, x, 0.0)))
+        bound = np.where(vis, np.nan_to_num(b, nan=0.0), 0.0)  # NaN marks "not compared": a NaN value must fail
     with np.errstate(invalid="ignore"):
         error = np.abs(p - softmax)
     return QueryRow(slots, vis, whole, s, scaled, mask, softmax, p, error, bound,
@@ -362,7 +363,7 @@ def _weighted(row: QueryRow, O: Sample | None, hp: int, tp: int, V_h: Rows | Non
     p = np.where(vis, row.kq_soft_max, 0.0)  # [j]
     terms = p[:, None] * Vh  # [j, d]
     want = terms.sum(axis=0)  # [d]
-    bound = bounds.pv_bound(p[None, :], Vh.T, vis[None, :], V.node.type if V is not None else None)  # [d]
+    bound = np.nan_to_num(bounds.pv_bound(p[None, :], Vh.T, vis[None, :], V.node.type if V is not None else None))
     got = O.values[0, hp, tp]
     return WeightedSum(O.index[3], slots[vis], terms[vis], want, got, np.abs(got - want), bound), ""
 

@@ -129,7 +129,7 @@ def _locate_damage(node: Node, source: str) -> None:
         text = raw.strip()
         if text and raw[:1].isspace() or raw.startswith(b"[") or raw.startswith(b"]"):
             got = _SKELETON.sub(b"", raw)
-            if k >= len(expected) or got != expected[k]:
+            if k >= len(expected) or got != expected[k] or not _numbers_fit(raw, expected[k]):
                 what = "more lines than its ne" if k >= len(expected) else _describe(expected[k])
                 shown = raw.strip().decode("utf-8", "replace")[:60]
                 raise DumpError(
@@ -138,11 +138,30 @@ def _locate_damage(node: Node, source: str) -> None:
                 )
             k += 1
         line += 1
+    if k >= len(expected):  # every line fits: what failed is not in a line of its own (not expected to happen)
+        raise DumpError(source, node.line, f"node '{node.name}': its printed values do not parse")
     cut = "the dump ends" if node.cut else "the next node starts"
     raise DumpError(
         source, line - 1,
         f"node '{node.name}' is incomplete: {cut} before its {_describe(expected[k])} (header at line {node.line})",
     )
+
+
+def _numbers_fit(raw: bytes, skeleton_line: bytes) -> bool:
+    """The line holds as many numbers as its skeleton line calls for, each one a number (as the fast path reads
+    them): catches a number lost, split, or two run together, which leave the skeleton as it was."""
+    words = raw.replace(b"...", b"").replace(b"sum", b"").translate(_PUNCT).split()
+    want = 1 if skeleton_line == b"sum=" else 0
+    if skeleton_line.startswith(b"[") and skeleton_line.endswith(b"],"):
+        inner = skeleton_line[1:-2]
+        want = inner.count(b",") + 1 - (b"..." in inner) if inner else 0
+    if len(words) != want:
+        return False
+    try:
+        [float(w) for w in words]
+    except ValueError:
+        return False
+    return True
 
 
 def _describe(skeleton_line: bytes) -> str:

@@ -205,7 +205,7 @@ def softmax_sum(view: SiteView, sums: tuple[float, ...], P_all: np.ndarray) -> C
     T, H = site.T, site.H
     got = sums[0]
     full = float(T * H)
-    n_added = H * int(sum(view.n_past + t + 1 for t in range(T)))
+    n_added = H * (T * view.n_past + T * (T + 1) // 2)  # query t reads n_past + t + 1 slots
     full_bound = bounds.sum_bound(n_added, full, T * H, view.n_past + T)
     printed = float(P_all.sum())
     printed_bound = P_all.size * bounds.PRINT + bounds.sum_bound(int(np.count_nonzero(P_all)), printed)

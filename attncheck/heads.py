@@ -66,8 +66,12 @@ def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | 
               source: str) -> SiteView:
     """Align the printed samples of a site by logical head, query, slot and dim."""
     heads, queries, slots = P.index[1], P.index[2], P.index[3]
-    if S is not None and S.values.shape != P.values.shape:
-        raise DumpError(source, S.node.line, f"scores '{S.node.name}' ne {S.node.ne} differ from weights {P.node.ne}")
+    if S is not None and S.node.ne != P.node.ne:
+        raise DumpError(source, S.node.line, f"scores '{S.node.name}' ne {S.node.ne} differ from weights "
+                                             f"'{P.node.name}' (line {P.node.line}) ne {P.node.ne}")
+    if O is not None and O.node.ne[1:] != P.node.ne[1:]:
+        raise DumpError(source, O.node.line, f"kqv '{O.node.name}' ne {O.node.ne} does not fit weights "
+                                             f"'{P.node.name}' (line {P.node.line}) ne {P.node.ne}")
     dims = O.index[3] if O is not None else np.arange(0)
     V_h = None
     if V is not None and O is not None:

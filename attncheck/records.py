@@ -74,7 +74,7 @@ Record = Node | RunStart | Note
 @lru_cache(maxsize=4096)
 def _ne(text: str) -> tuple[int, int, int, int]:
     dims = tuple(map(int, text.split(",")))
-    if len(dims) != 4 or min(dims) < 0:
+    if len(dims) != 4 or min(dims) < 0 or max(dims) >= 2**63:  # GGML's ne is int64_t
         raise ValueError(text)
     return dims  # type: ignore[return-value]
 

@@ -95,6 +95,8 @@ def parse_sample(node: Node, source: str) -> Sample:
         raise DumpError(source, node.line, f"node '{node.name}' is {node.type}: quantized tensors print no values")
     body = _clean(node.body)
     n0, n1, n2, n3 = node.ne
+    if n3 > body.count(b"sum"):  # each i3 block ends in a `sum = ` line: a larger ne3 cannot fit this body
+        _locate_damage(node, source)
     index = (np.arange(n3), printed_indices(n2), printed_indices(n1), printed_indices(n0))
     shape = tuple(len(ix) for ix in index)
     per_block = shape[1] * shape[2] * shape[3]
@@ -119,10 +121,11 @@ def _fast_skeleton(ne: tuple[int, int, int, int]) -> bytes:
 
 def _locate_damage(node: Node, source: str) -> None:
     """Walk the body line by line against the expected layout and raise at the first line that differs."""
-    _, expected = _layout(node.ne)
     if node.cut:
         last = node.body_line + node.body.rstrip().count(b"\n")
         raise DumpError(source, last, f"the dump ends inside node '{node.name}' (header at line {node.line})")
+    n0, n1, n2, n3 = node.ne  # no more i3 blocks than the body has `sum = ` lines, whatever a damaged ne3 says
+    _, expected = _layout((n0, n1, n2, min(n3, node.body.count(b"sum") + 1)))
     line = node.body_line
     k = 0
     for raw in node.body.split(b"\n"):

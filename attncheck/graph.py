@@ -12,6 +12,7 @@ from typing import BinaryIO, Iterable, Iterator
 
 from .errors import DumpError
 from .records import Node, Note, RunStart, scan
+from .sample import fits
 
 # ops that pass scores through on their way to SOFT_MAX (kq_scaled, kq_tanh, kq_plus_kq_b, soft-capping)
 _SCORE_PASSTHROUGH = {"SCALE", "TANH", "ADD", "MUL", "CPY", "CONT", "RESHAPE", "VIEW", "PERMUTE", "UNARY"}
@@ -191,6 +192,10 @@ class Dump:
             current.nodes.append(node)
             if node.cut:
                 self.cut = node
+            elif not fits(node):  # a check that reads the node names the line; for the others, this is the word
+                ne = ", ".join(map(str, node.ne))
+                self.notes.append(Note(node.line, f"node '{node.name}' does not print as its ne {{{ne}}} says "
+                                                  "(a line lost, repeated or garbled?)"))
         if current is not None:
             yield finish(current)
 

@@ -24,6 +24,7 @@ _HEADER = re.compile(
 _SRC = re.compile(r"(?P<name>.*?)\{(?P<ne>[-\d, ]+)\}$")
 _TOKENS = re.compile(rb"number of input tokens = (\d+)[^\n]*\n")
 _TOKEN_ID = re.compile(rb"[^\n]*?\s(\d+)[ \t\r]*\n")
+_PRINTED_LINE = re.compile(rb"(?m)^[ \t]+(?:\[|\]|sum = )")  # a line of a printed tensor (log lines start in column 0)
 
 
 class Src(NamedTuple):
@@ -147,6 +148,9 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[int], None] | None = 
             header_line = line + body.count(b"\n")
             if pending is not None:  # the node before the gap ends there: a run starting in the gap comes after it
                 yield _node(pending, body)
+            elif not seen_header and (hit := _PRINTED_LINE.search(body)):
+                yield Note(line + body.count(b"\n", 0, hit.start()), "printed values before the first header "
+                                                                     "(the header line lost?)")
             yield from _tokens(body, line, source)
             line, pos = header_line + 1, m.end() + 1
             parsed = parse_header(m.group(1).decode("utf-8", "replace"))

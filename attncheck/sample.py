@@ -119,6 +119,25 @@ def _fast_skeleton(ne: tuple[int, int, int, int]) -> bytes:
     return _layout(ne)[0].translate(None, _NUMBER_CHARS)
 
 
+def fits(node: Node) -> bool:
+    """The body has the shape llama.cpp prints for this ne, without parsing a number: the skeleton, and one '.',
+    'nan' or 'inf' per number. For the nodes no check parses, so that damage to them is noticed all the same."""
+    body = _clean(node.body)
+    if node.quantized:
+        return not body.strip()
+    if node.ne[3] > body.count(b"sum") or body.translate(None, _NUMBER_CHARS) != _fast_skeleton(node.ne):
+        return False
+    return body.count(b".") + body.count(b"nan") + body.count(b"inf") == _marks(node.ne)
+
+
+@lru_cache(maxsize=1024)
+def _marks(ne: tuple[int, int, int, int]) -> int:
+    """How many '.', 'nan' and 'inf' a clean print of this ne holds: one per number and sum, three per '...'."""
+    n0, n1, n2, n3 = ne
+    per_block = len(printed_indices(n2)) * len(printed_indices(n1)) * len(printed_indices(n0))
+    return n3 * (per_block + 1) + 3 * _layout(ne)[0].count(b"...")
+
+
 def _locate_damage(node: Node, source: str) -> None:
     """Walk the body line by line against the expected layout and raise at the first line that differs."""
     if node.cut:

@@ -88,6 +88,10 @@ def _check_site(dump: Dump, ev: Evaluation, site: Site, opts: Options) -> tuple[
     if site.kqv is None and dump.cut is not None:
         raise DumpError(src, dump.cut.line, f"the dump ends before layer {site.layer}'s MUL_MAT(v, P) "
                                             f"(SOFT_MAX at line {site.softmax.line})")
+    for reader, read in ((site.softmax, site.scores), (site.kqv, site.v)):  # the scores and the V view it names
+        if reader is not None and read is None and reader.srcs[0] is not None:
+            raise DumpError(src, reader.line, f"'{reader.name}' reads '{reader.srcs[0].name}', which is not printed "
+                                              "before it in this evaluation (its header line lost or damaged?)")
     P = parse_sample(site.softmax, src)
     S = parse_sample(site.scores, src) if site.scores is not None and not site.scores.quantized else None
     O = parse_sample(site.kqv, src) if site.kqv is not None else None

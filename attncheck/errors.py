@@ -13,4 +13,10 @@ class DumpError(Exception):
 
     def __str__(self) -> str:
         where = self.source if self.line is None else f"{self.source}:{self.line}"
-        return f"{where}: {self.message}"
+        return printable(f"{where}: {self.message}")
+
+
+def printable(text: str) -> str:
+    """Text quoted from the input, as one visible line: control characters (NUL, a stray CR, terminal escape
+    codes) written as escapes."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

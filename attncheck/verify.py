@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
 from . import checks
-from .errors import DumpError
+from .errors import DumpError, printable
 from .graph import Dump, Evaluation, Site, read_dump
 from .heads import SiteView, select_heads, site_view
 from .report import Report, SiteReport
@@ -77,6 +77,7 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
             f"{dump.source}:{dump.cut.line}: the output ends inside node '{dump.cut.name}' "
             "(llama.cpp's logger loses its tail at exit); no check needed it"
         )
+    report.warnings = [printable(w) for w in report.warnings]  # one line each, whatever the input held
     del last
     return report
 

@@ -16,12 +16,14 @@
 set -euo pipefail
 
 LLAMA_CPP_PYTHON_VERSION=0.3.36
+# sha256 of llama_cpp_python-0.3.36.tar.gz on PyPI (sdists there never change)
+SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 DIR="${ATTNCHECK_LLAMA_DIR:-$HOME/.cache/attncheck/llama-${LLAMA_CPP_PYTHON_VERSION}}"
 BIN="$DIR/bin/llama-eval-callback"
 JOBS="${ATTNCHECK_BUILD_JOBS:-2}"
 NATIVE="${ATTNCHECK_NATIVE:-ON}"
 
-log() { printf '[build_llama] %s\n' "$*" >&2; }
+log() { printf '[build_llama +%ss] %s\n' "$SECONDS" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # The binary "runs" if `--version` (or `--help`) exits cleanly.
@@ -74,12 +76,19 @@ trap 'rm -rf "$WORK"' EXIT
 
 start=$(date +%s)
 log "downloading llama-cpp-python==${LLAMA_CPP_PYTHON_VERSION} sdist"
-python3 -m pip download --no-deps --no-binary :all: \
+# `--no-binary llama-cpp-python` (not `:all:`): the same sdist, but pip may use wheels for
+# the build backend it installs to read the sdist's metadata; with `:all:` it builds
+# scikit-build-core and its whole build chain from source first (minutes instead of seconds).
+python3 -m pip download --no-deps --no-binary llama-cpp-python \
     "llama-cpp-python==${LLAMA_CPP_PYTHON_VERSION}" -d "$WORK/sdist" >&2
 
 sdist=$(find "$WORK/sdist" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' -print -quit)
 [ -n "$sdist" ] || sdist=$(find "$WORK/sdist" -maxdepth 1 -name 'llama-cpp-python-*.tar.gz' -print -quit)
 [ -n "$sdist" ] || die "sdist not found after pip download"
+if command -v sha256sum >/dev/null 2>&1; then
+    got=$(sha256sum "$sdist" | cut -d' ' -f1)
+    [ "$got" = "$SDIST_SHA256" ] || die "sha256 of $(basename "$sdist") is $got, expected $SDIST_SHA256"
+fi
 tar -xzf "$sdist" -C "$WORK"
 SRC=$(find "$WORK" -maxdepth 3 -type d -path '*/vendor/llama.cpp' -print -quit)
 [ -n "$SRC" ] && [ -f "$SRC/CMakeLists.txt" ] || die "vendor/llama.cpp not found in the sdist"

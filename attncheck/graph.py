@@ -77,6 +77,8 @@ class Evaluation:
     nodes: list[Node] = field(default_factory=list)
     sites: list[Site] = field(default_factory=list)
     flash: list[Node] = field(default_factory=list)  # FLASH_ATTN_EXT nodes: no scores or weights printed
+    damaged: list[int] = field(default_factory=list)  # lines of lost or garbled text within this evaluation
+    damaged_names: dict[str, int] = field(default_factory=dict)  # node name → line of its damaged header
 
     @property
     def T(self) -> int | None:
@@ -139,9 +141,14 @@ class Dump:
         self.cut: Node | None = None  # the node the input ended inside, if any
         self._read = False
         self.bytes_read = 0
+        self.newlines = 0  # read so far; at the end, the dump's last line is newlines (+1 without a final newline)
+        self._final_newline = True
 
-    def _count(self, n: int) -> None:
-        self.bytes_read += n
+    def _count(self, chunk: bytes) -> None:
+        self.bytes_read += len(chunk)
+        self.newlines += chunk.count(b"\n")
+        if chunk:
+            self._final_newline = chunk.endswith(b"\n")
 
     def evaluations(self) -> Iterator[Evaluation]:
         """Evaluations in order, each whole (its nodes resolved) before it is yielded, then dropped by the caller."""
@@ -158,13 +165,18 @@ class Dump:
         n_past: int | None = 0
         tokens: tuple[int, ...] | None = None
 
-        def finish(ev: Evaluation) -> Evaluation:
+        def finish(ev: Evaluation, final: bool = False) -> Evaluation:
             ev.sites, ev.flash = find_sites(ev.nodes)
+            self._check_whole(ev, final)
             return ev
 
         for rec in records:
             if isinstance(rec, Note):
                 self.notes.append(rec)
+                if current is not None and rec.damage:
+                    current.damaged.append(rec.line)
+                    if rec.name:
+                        current.damaged_names.setdefault(rec.name, rec.line)
                 continue
             if isinstance(rec, RunStart):
                 self.runs.append(rec)
@@ -195,9 +207,58 @@ class Dump:
             elif not fits(node):  # a check that reads the node names the line; for the others, this is the word
                 ne = ", ".join(map(str, node.ne))
                 self.notes.append(Note(node.line, f"node '{node.name}' does not print as its ne {{{ne}}} says "
-                                                  "(a line lost, repeated or garbled?)"))
+                                                  "(a line lost, repeated or garbled?)", damage=True))
+                current.damaged.append(node.line)
         if current is not None:
-            yield finish(current)
+            yield finish(current, final=True)
+
+
+    def _check_whole(self, ev: Evaluation, final: bool) -> None:
+        """The attention nodes a check needs must all be there: a dump cut or damaged among them is an error.
+
+        What no check needs stays a warning; but a cut inside an attention MUL_MAT (two activations, not a weight),
+        a SOFT_MAX no MUL_MAT(v, P) reads, or a MUL_MAT reading a node whose header was lost, is named here.
+        """
+        src = self.source
+        end = self.cut is not None and self.cut in ev.nodes
+        last_line = self.cut.last_line if end else None
+        for node in ev.nodes:
+            if node.op not in ("MUL_MAT", "SOFT_MAX"):
+                continue
+            for i, (reads, found) in enumerate(zip(node.srcs, node.inputs)):
+                if reads is None or found is not None:
+                    continue
+                other = node.inputs[1 - i]
+                # attention's nodes: SOFT_MAX, and a MUL_MAT whose other input is an activation (kq, kqv), not a weight
+                if node.op == "MUL_MAT" and other is None:
+                    continue
+                lost = ev.damaged_names.get(reads.name)
+                if lost is None and node.op == "MUL_MAT" and i == 1 and ev.damaged:  # src1 is never a weight
+                    lost = max((d for d in ev.damaged if d < node.line), default=None)
+                if lost is not None and lost < node.line:
+                    raise DumpError(src, lost, f"'{node.name}' (line {node.line}) reads '{reads.name}', whose "
+                                               "header was lost or damaged here (interleaved output?)")
+        if end and self.cut.op == "MUL_MAT" and all(i is not None for i in self.cut.inputs):
+            raise DumpError(src, last_line, f"the dump ends inside node '{self.cut.name}', an attention MUL_MAT "
+                                            f"(header at line {self.cut.line})")
+        for s in ev.sites:
+            if s.kqv is not None:
+                continue
+            if end and s.softmax is self.cut:
+                raise DumpError(src, last_line, f"the dump ends inside node '{s.softmax.name}' "
+                                                f"(header at line {s.softmax.line})")
+            after = [d for d in ev.damaged if d > s.softmax.line]
+            if after:
+                raise DumpError(src, after[0], f"no MUL_MAT(v, P) reads '{s.softmax.name}' (line {s.softmax.line}): "
+                                               "its header here was damaged (interleaved output?)")
+            if final:
+                raise DumpError(src, self._end_line(), f"the dump ends before a MUL_MAT(v, P) reads "
+                                                       f"'{s.softmax.name}' (line {s.softmax.line})")
+            raise DumpError(src, s.softmax.line, f"no MUL_MAT(v, P) reads '{s.softmax.name}' in this evaluation")
+
+    def _end_line(self) -> int:
+        """The dump's last line: every newline ends one, and text after the last newline is one more."""
+        return self.newlines + (0 if self._final_newline else 1)
 
 
 def read_dump(source: str | BinaryIO = "-", name: str | None = None) -> Dump:

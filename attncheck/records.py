@@ -21,6 +21,7 @@ _HEADER_AT = re.compile(rb"_debug(?:_cb_eval)?: ([^\n]*)")
 _HEADER = re.compile(
     r"(?P<name>.*?) = \((?P<type>[^()\s]+)\) *(?P<op>[A-Z0-9_]+)\((?P<srcs>.*)\}\) = \{(?P<ne>[-\d, ]+)\}\s*$"
 )
+_DAMAGED_NAME = re.compile(r"(.*?) = \(")  # a damaged header may still say whose it was
 _SRC = re.compile(r"(?P<name>.*?)\{(?P<ne>[-\d, ]+)\}$")
 _TOKENS = re.compile(rb"number of input tokens = (\d+)[^\n]*\n")
 _TOKEN_ID = re.compile(rb"[^\n]*?\s(\d+)[ \t\r]*\n")
@@ -50,6 +51,12 @@ class Node:
     inputs: tuple["Node | None", "Node | None"] = field(default=(None, None), repr=False)  # resolved by graph.py
 
     @property
+    def last_line(self) -> int:
+        """The last line this node's text reaches (its header line when nothing follows it)."""
+        text = self.body.rstrip()
+        return self.body_line + text.count(b"\n") if text else self.line
+
+    @property
     def quantized(self) -> bool:
         """Quantized tensors (q8_0, q4_K, ...) print their header only."""
         return self.type not in ("f32", "f16", "bf16", "f64", "i32", "i16", "i8", "i64")
@@ -63,10 +70,15 @@ class RunStart(NamedTuple):
 
 
 class Note(NamedTuple):
-    """Something odd in the text that no check needed: reported as a warning."""
+    """Something odd in the text that no check needed: reported as a warning.
+
+    damage: text was lost or garbled there, so a node may be missing (graph.py turns that into an error where an
+    attention check needed the node)."""
 
     line: int
     message: str
+    damage: bool = False
+    name: str | None = None  # the node whose header was damaged, when its name could still be read
 
 
 Record = Node | RunStart | Note
@@ -115,10 +127,10 @@ def parse_header(rest: str) -> tuple[str, str, str, tuple[Src | None, Src | None
     return m["name"].strip(), m["type"], m["op"], (srcs[0], srcs[1]), ne
 
 
-def scan(stream: BinaryIO, source: str, on_read: Callable[[int], None] | None = None) -> Iterator[Record]:
+def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None = None) -> Iterator[Record]:
     """Yield the records of a dump in order: RunStart per run, Node per header, Note per oddity.
 
-    on_read(n) is told each chunk's size as it is read (for progress on large inputs).
+    on_read(chunk) sees each chunk as it is read (for progress, and to count lines to the end).
     """
     carry = b""
     line = 1  # line number of the first byte of `carry`
@@ -128,7 +140,7 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[int], None] | None = 
     while True:
         chunk = stream.read(CHUNK)
         if on_read is not None:
-            on_read(len(chunk))
+            on_read(chunk)
         if first:
             if chunk.startswith(b"GGUF"):
                 raise DumpError(source, 1, "this is a GGUF model file, not a dump (give it with --model)")
@@ -155,7 +167,9 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[int], None] | None = 
             line, pos = header_line + 1, m.end() + 1
             parsed = parse_header(m.group(1).decode("utf-8", "replace"))
             if parsed is None:
-                yield Note(header_line, "damaged header line (interleaved output?): skipped with its body")
+                named = _DAMAGED_NAME.match(m.group(1).decode("utf-8", "replace"))
+                yield Note(header_line, "damaged header line (interleaved output?): skipped with its body",
+                           damage=True, name=named.group(1).strip() if named else None)
                 pending = None
                 continue
             lead = buf[start : m.start()]
@@ -168,7 +182,7 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[int], None] | None = 
             continue
         if pending is not None:
             node = _node(pending, carry)
-            node.cut = not _ends_whole(carry)
+            node.cut = not _ends_whole(carry, node.quantized)
             yield node
         yield from _tokens(carry, line, source)
         if not seen_header:
@@ -187,11 +201,11 @@ def _node(pending: tuple, body: bytes) -> Node:
     return Node(name, type_, op, srcs, ne, line, body, body_line)
 
 
-def _ends_whole(body: bytes) -> bool:
-    """A printed node ends with its `sum = ` line (quantized ones print no body at all)."""
+def _ends_whole(body: bytes, quantized: bool) -> bool:
+    """A printed node ends with its `sum = ` line; quantized ones print no body at all."""
     tail = body.rstrip()
     if not tail:
-        return True
+        return quantized
     last = tail[tail.rfind(b"\n") + 1 :]
     return last.strip().startswith(b"sum = ")
 

@@ -17,9 +17,11 @@ from .records import Node
 
 EDGE = 3  # llama.cpp prints the first and last EDGE indices of a long dimension
 
-_SKELETON = re.compile(rb"\s+|-?(?:\d+\.\d+|nan|inf)")  # what is left of a line without numbers and spaces
+_SKELETON = re.compile(rb"\s+|-?(?:\d+\.\d{4}(?:\d\d)?|nan|inf)")  # what is left of a line without numbers and spaces
 _NUMBER_CHARS = b"0123456789.-naif \t\r\n"  # deleted for the fast skeleton: digits, nan, inf, spaces
 _PUNCT = bytes.maketrans(b"[],=", b"    ")
+# every printed word: `%12.4f` values (4 decimals) and `%f` sums (6), or the non-finite spellings
+_PRINTED_VALUES = re.compile(rb"(?:-?(?:\d+\.\d{4}(?:\d\d)?|nan|inf) )*")
 _FOREIGN_LINE = re.compile(rb"(?m)^[^\s\n][^\n]*(?:\n|$)")  # log lines start in column 0; printed lines never do
 
 
@@ -106,6 +108,8 @@ def parse_sample(node: Node, source: str) -> Sample:
     try:
         if body.translate(None, _NUMBER_CHARS) != _fast_skeleton(node.ne) or len(words) != n3 * (per_block + 1):
             raise ValueError
+        if not _PRINTED_VALUES.fullmatch(b" ".join(words) + b" "):
+            raise ValueError  # a word `%12.4f` and `%f` never print (1234, .8108, 8108.) is damage, not a value
         numbers = np.array(words).astype(np.float64).reshape(n3, per_block + 1)
     except ValueError:
         _locate_damage(node, source)
@@ -141,8 +145,7 @@ def _marks(ne: tuple[int, int, int, int]) -> int:
 def _locate_damage(node: Node, source: str) -> None:
     """Walk the body line by line against the expected layout and raise at the first line that differs."""
     if node.cut:
-        last = node.body_line + node.body.rstrip().count(b"\n")
-        raise DumpError(source, last, f"the dump ends inside node '{node.name}' (header at line {node.line})")
+        raise DumpError(source, node.last_line, f"the dump ends inside node '{node.name}' (header at line {node.line})")
     n0, n1, n2, n3 = node.ne  # no more i3 blocks than the body has `sum = ` lines, whatever a damaged ne3 says
     _, expected = _layout((n0, n1, n2, min(n3, node.body.count(b"sum") + 1)))
     line = node.body_line

@@ -82,5 +82,6 @@ def test_run_reports_the_binary_failing(tmp_path):
     r = subprocess.run([sys.executable, "-m", "attncheck", "run", "-m", str(tmp_path / "missing.gguf"), "-p", "x"],
                        capture_output=True, text=True, timeout=300, env={**os.environ, "LLAMA_EVAL_CALLBACK": BIN})
     assert r.returncode == 2
-    assert r.stderr.startswith("attncheck: error: llama-eval-callback: exited with code 1;")
+    errors = [line for line in r.stderr.splitlines() if line.startswith("attncheck: error: ")]
+    assert errors and errors[0].startswith("attncheck: error: llama-eval-callback: exited with code 1;"), r.stderr
     assert "Traceback" not in r.stderr

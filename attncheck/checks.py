@@ -17,12 +17,17 @@ MAX_FAILURES = 20  # failing elements kept per check for the report
 
 
 class Location(NamedTuple):
-    """The logical place of an element: head, query (index in the evaluation), and a slot or a dim."""
+    """The logical place of an element: head, query (index in the evaluation), and a slot or a dim.
 
-    head: int
-    query: int
+    --model checks also give pos, the token position (n_past + query, or the slot of a K/V cache row), and leave
+    out what a node has no axis for (head of a [T, n_embd] row, query of a cache row).
+    """
+
+    head: int | None
+    query: int | None
     slot: int | None = None
     dim: int | None = None
+    pos: int | None = None
 
 
 class Failure(NamedTuple):
@@ -49,6 +54,8 @@ class CheckResult:
     failed: int = 0  # elements beyond their bound
     failures: list[Failure] = field(default_factory=list)
     note: str = ""
+    nmse: float | None = None  # --model: sum(err^2) / sum(ref^2) over the compared elements
+    error_model: str | None = None  # --model: which error model gave the bounds (model_checks.py)
 
     @property
     def passed(self) -> bool:

@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from .errors import DumpError
+from .model import ModelError
 from .report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED, SCHEMA, Report
 
 
@@ -59,13 +60,16 @@ def _write_json(doc: dict, target: str | None) -> None:
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failing site.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict line (and failures).")
 @click.option("-v", "--verbose", is_flag=True, help="Every check of every site.")
-def check(dumps, kq_scale, layers, heads, json_out, junit, fail_fast, quiet, verbose):
+@click.option("--model", metavar="GGUF", help="Also check every printed attention number against this model's "
+                                              "reference forward pass (gpt2, llama).")
+@click.option("--tokens", metavar="IDS", help="The prompt's token ids, e.g. 1,2,3, for logs that do not print them.")
+def check(dumps, kq_scale, layers, heads, json_out, junit, fail_fast, quiet, verbose, model, tokens):
     """Check every attention head in one or more dumps (default: stdin)."""
     from .progress import evaluation_progress, wanted as progress_wanted
     from .verify import Options, verify
 
     opts = Options(kq_scale=kq_scale, layers=frozenset(layers) or None, heads=frozenset(heads) or None,
-                   fail_fast=fail_fast)
+                   fail_fast=fail_fast, model=model, tokens=_tokens(tokens))
     console = _console(stderr=json_out == "-")
     reports: list[Report] = []
     codes: list[int] = []
@@ -73,7 +77,7 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, fail_fast, quiet, ver
         try:
             with evaluation_progress(path, progress_wanted(quiet or json_out == "-")) as progress:
                 report = verify(path, opts, progress=progress)
-        except DumpError as e:
+        except (DumpError, ModelError) as e:
             _fail(str(e))
             codes.append(EXIT_INPUT)
             continue
@@ -98,6 +102,17 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, fail_fast, quiet, ver
 
         write(check_xml(reports, list(zip(dumps or ("-",), codes))), junit)
     sys.exit(_combine(codes))
+
+
+def _tokens(text: str | None) -> tuple[int, ...] | None:
+    """--tokens 1,2,3; a malformed list is a usage error: one line, exit 2."""
+    from .model_checks import parse_tokens
+
+    try:
+        return parse_tokens(text)
+    except ValueError as e:
+        _fail(str(e))
+        sys.exit(EXIT_INPUT)
 
 
 def _combine(codes: list[int]) -> int:
@@ -158,16 +173,27 @@ def list_(dump):
 @click.option("--kq-scale", type=float, help="The scale SOFT_MAX applied to kq (default 1/sqrt(D_h)).")
 @click.option("--json", "json_out", metavar="FILE|-", help="Write the JSON report (schema 1); '-' for stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict line (and failures).")
+@click.option("--dump-only", is_flag=True, help="Check from the dump alone: do not recompute from -m's weights.")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
-def run(model, prompt, binary, keep, kq_scale, json_out, quiet, extra):
+def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, extra):
     """Run llama-eval-callback on a prompt and check its attention as it streams.
 
-    Arguments after `--` go to llama.cpp; `--flash-attn off` is added unless you set flash attention.
+    Arguments after `--` go to llama.cpp; `--flash-attn off` is added unless you set flash attention. The
+    printed numbers are also checked against -m's reference forward pass (as check --model) unless --dump-only
+    is given or the architecture is not one attncheck computes (a warning says so).
     """
     from . import run as runner
+    from .model import load_model
     from .render import render
     from .verify import Options, verify
 
+    reference = None if dump_only else model
+    if reference is not None:
+        try:
+            load_model(reference)
+        except ModelError as e:  # llama.cpp may still run it: check from the dump alone
+            click.echo(f"attncheck: warning: no --model checks: {e}", err=True)
+            reference = None
     try:
         proc = runner.Process(runner.command(runner.find_binary(binary), model, prompt, extra), keep)
     except DumpError as e:
@@ -175,8 +201,8 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, extra):
         sys.exit(EXIT_INPUT)
     report, error = None, None
     try:
-        report = verify(proc.stream, Options(kq_scale=kq_scale))
-    except DumpError as e:
+        report = verify(proc.stream, Options(kq_scale=kq_scale, model=reference))
+    except (DumpError, ModelError) as e:
         error = e
     code = proc.finish()
     if code != 0:

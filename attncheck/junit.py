@@ -46,8 +46,9 @@ def _totals(root: ET.Element) -> ET.ElementTree:
 def _at(at) -> str:
     if at is None:
         return "whole tensor"
-    parts = [f"head {at.head}", f"query {at.query}"]
-    parts += [f"{k} {getattr(at, k)}" for k in ("slot", "dim") if getattr(at, k) is not None]
+    parts = [f"{k} {getattr(at, k)}" for k in ("head", "query", "slot", "dim") if getattr(at, k) is not None]
+    if getattr(at, "pos", None) is not None:
+        parts.append(f"position {at.pos}")
     return ", ".join(parts)
 
 

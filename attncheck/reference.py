@@ -26,6 +26,11 @@ LAYER_ROLES = (
 )
 GLOBAL_ROLES = ("inp_embd", "result_norm", "result_output")
 KV_TYPES = ("f16", "bf16", "f32")
+# What a MUL_MAT with an f16 src0 does to a contiguous f32 src1 (a weight's input, or P before P·V with an f16 V
+# cache): "convert" it to f16 first (ggml-cpu today converts src1 to the vec_dot_type before any kernel), or keep
+# it "f32" (2024 builds called llamafile's tinyBLAS with the f32 src1 first, and its F16 kernels take f32 B).
+# q before k·q is a permuted view, never contiguous: always converted.
+F16_SRC1 = ("convert", "f32")
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class Reference:
     tokens: tuple[int, ...]
     kv_type: str
     tensors: Mapping[tuple[int | None, str], np.ndarray]
+    f16_src1: str = "convert"  # F16_SRC1
 
     @property
     def n_tokens(self) -> int:
@@ -120,16 +126,17 @@ def _src1_conversion(qtype: QT) -> Callable[[np.ndarray], np.ndarray]:
     return lambda x: x  # unknown: no emulation, the result only carries f32-level deviations
 
 
-def _mm(model: Model, name: str, x: np.ndarray) -> np.ndarray:
+def _mm(model: Model, name: str, x: np.ndarray, f16_src1: str = "convert") -> np.ndarray:
     """MUL_MAT(weight, x) for x [T, n_in] -> [T, n_out], with ggml-cpu's src1 conversion, exact f64 sums."""
     w = model.tensor(name)
-    xc = _src1_conversion(model.tensor_type(name))(x)
+    qtype = model.tensor_type(name)
+    xc = x if (qtype == QT.F16 and f16_src1 == "f32") else _src1_conversion(qtype)(x)
     return (xc.astype(F64) @ w.astype(F64).T).astype(F32)
 
 
-def _linear(model: Model, prefix: str, x: np.ndarray) -> np.ndarray:
+def _linear(model: Model, prefix: str, x: np.ndarray, f16_src1: str = "convert") -> np.ndarray:
     """MUL_MAT with `prefix.weight`, then ADD `prefix.bias` when the model has one."""
-    y = _mm(model, prefix + ".weight", x)
+    y = _mm(model, prefix + ".weight", x, f16_src1)
     if model.has(prefix + ".bias"):
         y = (y + model.tensor(prefix + ".bias")).astype(F32)
     return y
@@ -209,7 +216,8 @@ def _rope_norm(x: np.ndarray, n_dims: int, base: float) -> np.ndarray:
 
 # ---- attention -----------------------------------------------------------------------------------------
 
-def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hp: Hparams, kv_type: str) -> dict[str, np.ndarray]:
+def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hp: Hparams, kv_type: str,
+               f16_src1: str = "convert") -> dict[str, np.ndarray]:
     """build_attn_mha without flash attention, over one causal sequence at positions 0..T-1."""
     store = {"f16": _f16, "bf16": _bf16, "f32": lambda a: a}[kv_type]
     t, h, d_h = q.shape
@@ -226,15 +234,19 @@ def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hp: Hparams, kv_type
     e = np.exp(s - s.max(axis=-1, keepdims=True)).astype(F32)
     p = (e * (1.0 / e.astype(F64).sum(axis=-1, keepdims=True)).astype(F32)).astype(F32)
     vh = np.repeat(v_cache, group, axis=0).astype(F64)  # [H, D_h, T]
-    kqv = np.einsum("htj,hdj->htd", store(p).astype(F64), vh).astype(F32)
+    p_used = p if (kv_type == "f16" and f16_src1 == "f32") else store(p)
+    kqv = np.einsum("htj,hdj->htd", p_used.astype(F64), vh).astype(F32)
     kqv_out = np.ascontiguousarray(kqv.transpose(1, 0, 2)).reshape(t, h * d_h)
     return {"k_cache": k_cache, "v_cache": v_cache, "kq": kq, "kq_soft_max": p, "kqv": kqv, "kqv_out": kqv_out}
 
 
-def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16") -> Reference:
+def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", f16_src1: str = "convert") -> Reference:
     """Evaluate the whole prompt at once (causal), returning every attention-relevant node per layer."""
     if kv_type not in KV_TYPES:
         raise ValueError(f"kv_type must be one of {', '.join(KV_TYPES)}, not {kv_type!r}")
+    if f16_src1 not in F16_SRC1:
+        raise ValueError(f"f16_src1 must be one of {', '.join(F16_SRC1)}, not {f16_src1!r}")
+    s1 = f16_src1
     hp = model.hparams
     toks = [int(x) for x in tokens]
     if not toks:
@@ -257,12 +269,12 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16") -> Ref
         out[(il, "attn_norm")] = cur
         d, d_kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
         if hp.arch == "gpt2":
-            qkv = _linear(model, p + "attn_qkv", cur)  # fused [Q | K | V]
+            qkv = _linear(model, p + "attn_qkv", cur, s1)  # fused [Q | K | V]
             q, k, v = qkv[:, :d], qkv[:, d:d + d_kv], qkv[:, d + d_kv:]
         else:
-            q = _linear(model, p + "attn_q", cur)
-            k = _linear(model, p + "attn_k", cur)
-            v = _linear(model, p + "attn_v", cur)
+            q = _linear(model, p + "attn_q", cur, s1)
+            k = _linear(model, p + "attn_k", cur, s1)
+            v = _linear(model, p + "attn_v", cur, s1)
         q = q.reshape(t, hp.n_head, hp.head_dim)
         k = k.reshape(t, hp.n_head_kv, hp.head_dim)
         v = v.reshape(t, hp.n_head_kv, hp.head_dim)
@@ -270,20 +282,20 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16") -> Ref
             q = _rope_norm(q, hp.rope_dim, hp.rope_freq_base)
             k = _rope_norm(k, hp.rope_dim, hp.rope_freq_base)
         out[(il, "Qcur")], out[(il, "Kcur")], out[(il, "Vcur")] = q, k, v
-        att = _attention(q, k, v, hp, kv_type)
+        att = _attention(q, k, v, hp, kv_type, s1)
         for role, arr in att.items():
             out[(il, role)] = arr
-        attn_out = _linear(model, p + "attn_output", att["kqv_out"])
+        attn_out = _linear(model, p + "attn_output", att["kqv_out"], s1)
         out[(il, "attn_out")] = attn_out
         ffn_inp = (attn_out + x).astype(F32)
         out[(il, "ffn_inp")] = ffn_inp
         cur = _norm(model, p + "ffn_norm", ffn_inp)
         out[(il, "ffn_norm")] = cur
         if hp.arch == "gpt2":
-            ffn = _linear(model, p + "ffn_down", _gelu(_linear(model, p + "ffn_up", cur)))
+            ffn = _linear(model, p + "ffn_down", _gelu(_linear(model, p + "ffn_up", cur, s1)), s1)
         else:
-            act = _swiglu(_linear(model, p + "ffn_gate", cur), _linear(model, p + "ffn_up", cur))
-            ffn = _linear(model, p + "ffn_down", act)
+            act = _swiglu(_linear(model, p + "ffn_gate", cur, s1), _linear(model, p + "ffn_up", cur, s1))
+            ffn = _linear(model, p + "ffn_down", act, s1)
         out[(il, "ffn_out")] = ffn
         x = (ffn + ffn_inp).astype(F32)
         out[(il, "l_out")] = x
@@ -291,5 +303,5 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16") -> Ref
     cur = _norm(model, "output_norm", x)
     out[(None, "result_norm")] = cur
     head = "output.weight" if model.has("output.weight") else "token_embd.weight"
-    out[(None, "result_output")] = _mm(model, head, cur)
-    return Reference(hparams=hp, tokens=tuple(toks), kv_type=kv_type, tensors=out)
+    out[(None, "result_output")] = _mm(model, head, cur, s1)
+    return Reference(hparams=hp, tokens=tuple(toks), kv_type=kv_type, tensors=out, f16_src1=f16_src1)

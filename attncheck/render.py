@@ -14,6 +14,18 @@ CHECK_TITLES = {
     "softmax_ratio": "p_j/p_k = exp(scale·(s_j − s_k))",
     "pv": "kqv = P·V",
     "sum": "SOFT_MAX sum line",
+    # --model (model_checks.py): every printed element against the reference forward pass
+    "model_q": "q = the model's Qcur",
+    "model_kcur": "Kcur = the model's",
+    "model_vcur": "Vcur = the model's",
+    "model_k": "K cache = the model's",
+    "model_v": "V cache = the model's",
+    "model_kq": "kq = k·q from the model",
+    "model_softmax": "kq_soft_max = the model's",
+    "model_kqv": "kqv = the model's",
+    "model_flash_attn": "flash attention = the model's kqv",
+    "model_kqv_out": "kqv_out = the model's",
+    "model_sum": "sum line = the model's",
 }
 
 
@@ -42,17 +54,21 @@ def site_table(report: Report, verbose: bool = False) -> Table:
                     where = "" if r.worst is None or not r.max_error else " at " + _where(r.worst)
                     t.add_row("", f"[dim]{r.check}[/]", "", "", "", "", str(r.checked),
                               f"{r.max_error:.1e}", f"{r.bound:.1e}", f"{r.ratio:.2f}",
-                              f"{_status(r.passed)} {CHECK_TITLES[r.check]}{where}")
+                              f"{_status(r.passed)} {_title(r.check)}{where}")
     return t
 
 
 def _where(at) -> str:
-    parts = [f"head {at.head}", f"query {at.query}"]
-    if at.slot is not None:
-        parts.append(f"slot {at.slot}")
-    if at.dim is not None:
-        parts.append(f"dim {at.dim}")
+    if at is None:
+        return "whole tensor"
+    parts = [f"{k} {getattr(at, k)}" for k in ("head", "query", "slot", "dim") if getattr(at, k) is not None]
+    if getattr(at, "pos", None) is not None:
+        parts.append(f"position {at.pos}")
     return ", ".join(parts)
+
+
+def _title(check: str) -> str:
+    return CHECK_TITLES.get(check) or (f"{check[6:]} = the model's" if check.startswith("model_") else check)
 
 
 def failure_lines(report: Report, limit: int = 10) -> list[str]:
@@ -62,15 +78,20 @@ def failure_lines(report: Report, limit: int = 10) -> list[str]:
         for r in s.results:
             if r.passed:
                 continue
-            if r.check == "sum":
+            if r.check in ("sum", "model_sum"):
                 f = r.failures[0]
                 out.append(f"eval {s.evaluation} layer {s.layer}: {r.node} (line {r.line}) sum = {f.got:.6f}, "
                            f"expected {f.want:.6f} ± {f.bound:.1e} ({r.note})")
                 continue
             for f in r.failures[: max(1, limit - len(out))]:
+                if f.at is None:  # a whole-node figure (--model's NMSE)
+                    out.append(f"eval {s.evaluation} layer {s.layer}: {r.node} (line {r.line}) {r.note} "
+                               f"[{_title(r.check)}]")
+                    continue
+                recomputed = "reference" if r.check.startswith("model_") else "recomputed"
                 out.append(f"eval {s.evaluation} layer {s.layer} {_where(f.at)}: {r.node} (line {r.line}) "
-                           f"{f.got:.4f}, recomputed {f.want:.4f}: |err| {abs(f.got - f.want):.1e} > bound "
-                           f"{f.bound:.1e} [{CHECK_TITLES[r.check]}]")
+                           f"{f.got:.4f}, {recomputed} {f.want:.4f}: |err| {abs(f.got - f.want):.1e} > bound "
+                           f"{f.bound:.1e} [{_title(r.check)}]")
             if len(out) >= limit:
                 return out
     return out
@@ -84,6 +105,10 @@ def verdict(report: Report) -> str:
     covered = (f"{t['softmax_rows_checked']} softmax rows, {t['softmax_ratio_elements_checked']} weight ratios, "
                f"{t['masked_weights_checked']} masked weights, {t['kqv_elements_checked']} kqv elements checked "
                f"in {t['sites']} sites ({evs})")
+    if t.get("model_nodes_checked"):
+        covered += (f"; with the model: {t['model_elements_checked']} printed elements of "
+                    f"{t['model_nodes_checked']} nodes (kq {t['model_kq_elements_checked']}) and "
+                    f"{t['model_sums_checked']} sums")
     if code == EXIT_PASS:
         return f"PASS {report.source}: {covered}"
     if code == EXIT_FAIL:
@@ -100,12 +125,21 @@ def coverage_lines(report: Report) -> list[str]:
     lines = [f"kq_scale: {'given ' + format(report.kq_scale, 'g') if report.kq_scale is not None else '1/sqrt(D_h) = ' + format(s0.kq_scale, '.6g')}"
              + (f"; inferred from the data: {report.inferred_kq_scale:.6g} ({report.inferred_rows} rows)"
                 if report.inferred_kq_scale is not None else "")]
-    lines.append(f"not checkable from a dump alone: kq itself (k·q needs all D_h = {s0.D_h} components of q and k; "
-                 "llama.cpp prints 6)")
+    if report.model is not None:
+        m = report.model
+        first = m.get("first_beyond_print")
+        lines.append(f"--model {m['path']} ({m['arch']}): every printed element of {t['model_nodes_checked']} nodes "
+                     "against its reference forward pass, kq and every printed query row included; first node "
+                     "beyond print precision: " + (f"{first['node']} (eval {first['evaluation']}, layer "
+                                                    f"{first['layer']}, line {first['line']})" if first else "none"))
+    else:
+        lines.append(f"not checkable from a dump alone: kq itself (k·q needs all D_h = {s0.D_h} components of q and "
+                     "k; llama.cpp prints 6); --model GGUF checks it")
     unprinted = t["softmax_rows_printed"] - t["softmax_rows_checked"]
     if unprinted:
         lines.append(f"{unprinted} printed softmax rows have visible slots that were not printed: checked by weight "
-                     f"ratios only; their {t['kqv_elements_unchecked']} kqv elements are not checkable")
+                     f"ratios only; their {t['kqv_elements_unchecked']} kqv elements are not checkable"
+                     + (" from the dump alone (--model checked them)" if report.model is not None else ""))
     return lines
 
 

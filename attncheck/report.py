@@ -54,6 +54,7 @@ class Report:
     hint: str = ""
     warnings: list[str] = field(default_factory=list)
     stopped_early: bool = False
+    model: dict | None = None  # --model: model_checks.ModelChecker.summary()
 
     @property
     def checked(self) -> int:
@@ -88,6 +89,20 @@ class Report:
             "kqv_elements_checked": t("pv"),
             "kqv_elements_unchecked": sum(r.unchecked for s in self.sites for r in s.results if r.check == "pv"),
             "sums_checked": t("sum"),
+            **self._model_totals(),
+        }
+
+    def _model_totals(self) -> dict[str, int]:
+        """--model: printed elements compared with the reference (printed = checked + unchecked, e.g. by --head)."""
+        res = [r for s in self.sites for r in s.results if r.check.startswith("model_") and r.check != "model_sum"]
+        kq = [r for r in res if r.check == "model_kq"]
+        return {
+            "model_nodes_checked": len(res),
+            "model_elements_printed": sum(r.checked + r.unchecked for r in res),
+            "model_elements_checked": sum(r.checked for r in res),
+            "model_kq_elements_printed": sum(r.checked + r.unchecked for r in kq),
+            "model_kq_elements_checked": sum(r.checked for r in kq),
+            "model_sums_checked": sum(r.checked for s in self.sites for r in s.results if r.check == "model_sum"),
         }
 
     def unverified_reason(self) -> str:
@@ -120,6 +135,7 @@ class Report:
             "totals": self.totals(),
             "sites": [_site_dict(s) for s in self.sites],
             "warnings": self.warnings,
+            "model": self.model,
         }
 
 
@@ -144,6 +160,7 @@ def _site_dict(s: SiteReport) -> dict:
                 "checked": r.checked, "unchecked": r.unchecked, "why_unchecked": r.why_unchecked or None,
                 "max_error": _num(r.max_error), "bound": _num(r.bound), "ratio": _num(r.ratio),
                 "worst": _loc(r.worst), "failed": r.failed, "note": r.note or None,
+                "nmse": None if r.nmse is None else _num(r.nmse), "error_model": r.error_model,
                 "failures": [{"at": _loc(f.at), "got": _num(f.got), "want": _num(f.want), "bound": _num(f.bound)}
                              for f in r.failures],
             }

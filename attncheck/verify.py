@@ -18,12 +18,18 @@ from .sample import parse_sample
 
 @dataclass(frozen=True)
 class Options:
-    """What to check: kq_scale None means 1/sqrt(D_h) per site; layers/heads None mean all."""
+    """What to check: kq_scale None means 1/sqrt(D_h) per site; layers/heads None mean all.
+
+    model: a GGUF file; every printed attention number is then also checked against its reference forward pass
+    (model_checks.py); tokens: the prompt's token ids, for logs that do not print them.
+    """
 
     kq_scale: float | None = None
     layers: frozenset[int] | None = None
     heads: frozenset[int] | None = None
     fail_fast: bool = False
+    model: str | None = None
+    tokens: tuple[int, ...] | None = None
 
 
 def default_scale(site: Site) -> float:
@@ -46,14 +52,22 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     rows = 0
     failed_views: list[tuple[SiteReport, SiteView]] = []
     last: Evaluation | None = None
+    checker = None
+    if opts.model is not None:
+        from .model_checks import ModelChecker
+
+        checker = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens,
+                               layers=opts.layers, heads=opts.heads)
     for ev in dump.evaluations():
         last = ev
         report.evaluations += 1
         report.flash_nodes += len(ev.flash)
+        model_results, model_layers = checker.check(ev) if checker is not None else ({}, [])
         for site in ev.sites:
             if opts.layers is not None and site.layer not in opts.layers:
                 continue
             sr, view = _check_site(dump, ev, site, opts)
+            sr.results.extend(model_results.pop(site.layer, []))
             report.sites.append(sr)
             n, d, r = checks.infer_scale(view)
             num, den, rows = num + n, den + d, rows + r
@@ -62,10 +76,16 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
             if opts.fail_fast and not sr.passed:
                 report.stopped_early = True
                 break
+        if checker is not None and not report.stopped_early:  # flash attention: sites only --model checks
+            flash = checker.flash_sites(ev, model_layers, model_results)
+            report.sites.extend(flash)
+            report.stopped_early = opts.fail_fast and any(not s.passed for s in flash)
         if progress is not None:
             progress(dump, ev)
         if report.stopped_early:
             break
+    if checker is not None:
+        report.model = checker.summary(complete=not report.stopped_early)
     report.runs = len(dump.runs) or (1 if report.evaluations else 0)
     report.tokens = [r.tokens for r in dump.runs]
     if den > 0:

@@ -1,0 +1,252 @@
+"""Evaluation → the printed nodes a reference forward pass predicts, each axis labelled (for `--model`).
+
+Which node is what comes from roles.py (by op and sources, never by names); this module adds the layout: what
+each numpy axis (i2, i1, i0) of a node's ne {ne0, ne1, ne2, 1} means, so that the reference can be sliced and
+transposed to it. Labels: `head`, `kvhead`, `query` (index in the evaluation), `slot` (KV cache slot), `dim`
+(within a head), `col` (a column of a [rows, width] node; for per-head quantities col = head·D_h + dim), `row`
+(one of the last ne1 queries: the rows GET_ROWS(out_ids) kept), `one` (an axis of size 1).
+
+The layout copies between Qcur and q, the K/V cache and its views, and kqv and kqv_out (VIEW, PERMUTE, CONT) are
+followed too; a PERMUTE's new axis order is read from the sizes, and a copy whose axes cannot be told apart that
+way (two axes of the same length > 1) is left out.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from .graph import Evaluation
+from .records import Node
+from .roles import Roles, assign
+
+LAYOUT = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT"}  # ops that move values without computing
+
+# reference quantity -> its canonical labels (the axes of the array model_expect.Expected gives for it)
+CANONICAL = {
+    "q": ("query", "head", "dim"),  # Qcur after RoPE [T, H, D_h]
+    "Kcur": ("query", "kvhead", "dim"),  # [T, H_kv, D_h], before the cache's rounding
+    "Vcur": ("query", "kvhead", "dim"),
+    "k": ("kvhead", "slot", "dim"),  # K cache [H_kv, slots, D_h] as stored
+    "v": ("kvhead", "dim", "slot"),  # V cache [H_kv, D_h, slots] as stored (transposed)
+    "kq": ("head", "query", "slot"),  # [H, T, slots]
+    "kq_soft_max": ("head", "query", "slot"),
+    "kqv": ("head", "query", "dim"),  # [H, T, D_h]
+    "rows": ("one", "row", "col"),  # [1, rows, width]: inp_embd, attn_norm, attn_out, ffn_*, l_out, result_*
+}
+ROW_ROLES = ("inp_embd", "attn_norm", "attn_out", "ffn_inp", "ffn_norm", "ffn_out", "l_out", "result_norm",
+             "result_output")
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """A printed node, the reference quantity it shows, and its axes labelled (numpy order i2, i1, i0)."""
+
+    node: Node
+    role: str  # roles.py's name (q, Qcur, k_view, kq, kqv_out, l_out, ...) or that of the node it copies
+    quantity: str  # a key of CANONICAL
+    labels: tuple[str, str, str]
+    ref_layer: int | None  # the reference layer (None for inp_embd, result_norm, result_output)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer's attention in one evaluation: its sizes (for the model's shape check) and the mapped nodes."""
+
+    layer: int
+    anchor: Node  # kq_soft_max, or FLASH_ATTN_EXT
+    flash: bool
+    H: int
+    H_kv: int
+    D_h: int
+    n_kv: int
+    T: int
+    kv_type: str | None  # storage type of the K cache view (f16 by default)
+    mapped: list[Mapped]
+
+
+def _fits(node: Node, labels: tuple[str, str, str], sizes: dict[str, int]) -> bool:
+    """The node's ne {ne0, ne1, ne2, 1} matches labels (numpy order i2, i1, i0) for these sizes."""
+    return node.ne[3] == 1 and all(sizes.get(x, -1) == n or x == "slot" for x, n in zip(labels, node.ne[2::-1]))
+
+
+def _permuted(labels: tuple[str, str, str], ne_from: tuple[int, ...], ne_to: tuple[int, ...]) -> tuple | None:
+    """Labels of a node of ne_to that holds the values of one of ne_from (labels) in another axis order.
+
+    Axes are told apart by their sizes; None when two axes longer than 1 are equally long (ambiguous).
+    """
+    if ne_from[3] != 1 or ne_to[3] != 1 or sorted(ne_from) != sorted(ne_to):
+        return None
+    by_size: dict[int, list[str]] = defaultdict(list)
+    for label, n in zip(labels, ne_from[2::-1]):
+        by_size[n].append(label)
+    if any(len(v) > 1 and n > 1 for n, v in by_size.items()):
+        return None
+    return tuple(by_size[n].pop(0) for n in ne_to[2::-1])
+
+
+def _copies_back(m: Mapped) -> list[Mapped]:
+    """The layout chain behind a mapped node: src0 while the op only moves values, labelled through PERMUTEs."""
+    out: list[Mapped] = []
+    n, lab = m.node, m.labels
+    while n.op in LAYOUT and n.inputs[0] is not None and len(out) < 16:
+        src = n.inputs[0]
+        if n.op in ("PERMUTE", "TRANSPOSE"):
+            lab = _permuted(lab, n.ne, src.ne)
+        elif src.ne != n.ne:
+            lab = None
+        if lab is None:
+            break
+        out.append(Mapped(src, m.role, m.quantity, lab, m.ref_layer))
+        n = src
+    return out
+
+
+def _copies_forward(m: Mapped, consumers: dict[int, list[Node]], stop: Node | None) -> list[Mapped]:
+    """Layout copies read from a mapped node (kqv → its permuted view), up to `stop` (kqv_out, mapped apart)."""
+    out: list[Mapped] = []
+    n, lab = m.node, m.labels
+    for _ in range(16):
+        nxt = next((c for c in consumers[id(n)] if c.op in LAYOUT and c.inputs[0] is n and c is not stop), None)
+        if nxt is None:
+            break
+        lab = _permuted(lab, n.ne, nxt.ne) if nxt.op in ("PERMUTE", "TRANSPOSE") else (lab if nxt.ne == n.ne else None)
+        if lab is None:
+            break
+        out.append(Mapped(nxt, m.role, m.quantity, lab, m.ref_layer))
+        n = nxt
+    return out
+
+
+def _per_head(node: Node | None, role: str, quantity: str, options, sizes, ref_layer: int) -> Mapped | None:
+    """The first of the candidate labellings the node's ne fits; (one, X, col) is the heads merged into columns."""
+    if node is None or node.quantized:
+        return None
+    for labels in options:
+        if labels[2] == "col":
+            if node.ne[3] == 1 and node.ne[2] == 1 and (labels[1] == "slot" or node.ne[1] == sizes[labels[1]]) and \
+                    node.ne[0] == sizes["dim"] * sizes["kvhead" if quantity in ("k", "v", "Kcur", "Vcur") else "head"]:
+                return Mapped(node, role, quantity, labels, ref_layer)
+        elif _fits(node, labels, sizes):
+            return Mapped(node, role, quantity, labels, ref_layer)
+    return None
+
+
+def _layer(r: dict[str, Node], L: int, ref_layer: int, consumers) -> Layer | None:
+    flash = "flash_attn" in r
+    anchor = r.get("flash_attn") or r.get("kq_soft_max")
+    k = r.get("k_view")
+    if anchor is None or k is None:
+        return None
+    if flash:
+        D_h, H, T = anchor.ne[0], anchor.ne[1], anchor.ne[2]
+    else:
+        H, T = anchor.ne[2], anchor.ne[1]
+        D_h = r["kqv"].ne[0] if "kqv" in r else k.ne[0]
+    n_kv, H_kv = k.ne[1], k.ne[2]
+    sizes = {"head": H, "kvhead": H_kv, "query": T, "dim": D_h, "one": 1, "slot": n_kv}
+    picks = [
+        ("q", "q", [("head", "query", "dim")]),
+        ("Qcur", "q", [("query", "head", "dim"), ("one", "query", "col")]),
+        ("Kcur", "Kcur", [("query", "kvhead", "dim"), ("one", "query", "col")]),
+        ("Vcur", "Vcur", [("query", "kvhead", "dim"), ("one", "query", "col")]),
+        ("k_view", "k", [("kvhead", "slot", "dim")]),
+        ("v_view", "v", [("kvhead", "slot", "dim")] if flash else [("kvhead", "dim", "slot")]),
+        ("k_store", "k", [("one", "slot", "col")]),
+        ("kq", "kq", [("head", "query", "slot")]),
+        ("kq_soft_max", "kq_soft_max", [("head", "query", "slot")]),
+        ("kqv", "kqv", [("head", "query", "dim")]),
+        ("flash_attn", "kqv", [("query", "head", "dim")]),
+        ("kqv_out", "kqv", [("one", "query", "col")]),
+    ]
+    if flash:  # not transposed with flash attention: one row per slot, like K
+        picks.append(("v_store", "v", [("one", "slot", "col")]))
+    mapped: list[Mapped] = []
+    seen: set[int] = set()
+
+    def add(m: Mapped | None) -> None:
+        if m is not None and id(m.node) not in seen and not m.node.quantized:
+            seen.add(id(m.node))
+            mapped.append(m)
+
+    for role, quantity, options in picks:
+        m = _per_head(r.get(role), role, quantity, options, sizes, ref_layer)
+        if m is None:
+            continue
+        add(m)
+        if role in ("q", "k_view", "v_view"):
+            for c in _copies_back(m):
+                add(c)
+        if role in ("kqv", "flash_attn"):
+            for c in _copies_forward(m, consumers, r.get("kqv_out")):
+                add(c)
+    for role in ROW_ROLES:
+        n = r.get(role)
+        if n is not None and n.ne[2] == 1 and n.ne[3] == 1:
+            add(Mapped(n, role, "rows", CANONICAL["rows"], ref_layer))
+    return Layer(L, anchor, flash, H, H_kv, D_h, n_kv, T, k.type, mapped)
+
+
+def map_evaluation(ev: Evaluation, roles: Roles | None = None) -> list[Layer]:
+    """Every layer's attention in the evaluation, with the printed nodes a reference predicts.
+
+    inp_embd is listed with the first layer, result_norm and result_output with the last.
+    """
+    roles = roles or assign(ev)
+    consumers: dict[int, list[Node]] = defaultdict(list)
+    for n in ev.nodes:
+        for s in n.inputs:
+            if s is not None:
+                consumers[id(s)].append(n)
+    numbers = [s.layer for s in ev.sites] if ev.sites else list(range(len(ev.flash)))
+    out: list[Layer] = []
+    for k, r in enumerate(roles.layers):
+        layer = _layer(r, numbers[k] if k < len(numbers) else k, k, consumers)
+        if layer is not None:
+            out.append(layer)
+    if not out:
+        return out
+    for n in ev.nodes:
+        role = roles.of.get(id(n))
+        if role is None or role.kind != "role" or role.section == "layer" or n.quantized:
+            continue
+        if role.name in ROW_ROLES and n.ne[2] == 1 and n.ne[3] == 1:
+            target = out[0] if role.section == "input" else out[-1]
+            target.mapped.append(Mapped(n, role.name, "rows", CANONICAL["rows"], None))
+    return out
+
+
+def arrange(a: np.ndarray, canon: tuple[str, str, str], labels: tuple[str, str, str], node: Node,
+             n_past: int, T: int) -> np.ndarray | None:
+    """A canonical array over the run → the node's layout for this evaluation: [ne2, ne1, ne0].
+
+    query: positions n_past..n_past+T-1; row: the last ne1 of them; slot: slots 0..n_past+T-1, zero-padded to the
+    node's slot count (empty cache slots); (one, X, col): the other two axes merged, head-major (heads · D_h).
+    """
+    pos = np.arange(n_past, n_past + T)
+    merged = labels[2] == "col" and "col" not in canon
+    want = [labels[1]] if merged else list(labels)
+    sizes = dict(zip(labels, node.ne[2::-1]))
+    for axis, label in enumerate(canon):
+        if label == "query":
+            a = np.take(a, pos, axis=axis)
+        elif label == "row":
+            a = np.take(a, pos[T - sizes.get("row", T):], axis=axis)
+        elif label == "slot":
+            n = sizes.get("slot", 0) if not merged else node.ne[1]
+            a = np.take(a, np.arange(n_past + T), axis=axis)
+            if n < n_past + T:
+                return None
+            pad = [(0, 0)] * a.ndim
+            pad[axis] = (0, n - (n_past + T))
+            a = np.pad(a, pad)
+    if merged:
+        rest = [c for c in canon if c != labels[1]]
+        a = a.transpose([canon.index(labels[1]), *(canon.index(c) for c in rest)])
+        a = a.reshape(1, a.shape[0], -1)
+    else:
+        a = a.transpose([canon.index(x) for x in want])
+    if a.shape != tuple(node.ne[2::-1]):
+        return None
+    return a

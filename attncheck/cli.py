@@ -228,20 +228,26 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, extra
 @click.option("--eval", "evaluation", type=int, default=0, show_default=True, help="Evaluation (ubatch) index.")
 @click.option("--kq-scale", type=float, help="The scale SOFT_MAX applied to kq (default 1/sqrt(D_h)).")
 @click.option("--json", "json_out", metavar="FILE|-", help="Write the walk as JSON (schema 1); '-' for stdout.")
-@click.option("--model", metavar="GGUF", help="Not supported by inspect yet (exit 2).")
-def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model):
+@click.option("--model", metavar="GGUF", help="Also show the query's full rows (every dim and visible slot) from "
+                                              "this model's reference forward pass, and check them.")
+@click.option("--tokens", metavar="IDS", help="The prompt's token ids, e.g. 1,2,3, for logs that do not print them.")
+def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, tokens):
     """Walk one head by hand: Q/K/V rows, scores, scale, mask, weights, weighted sum, beside the dump."""
     import os
 
     from .render_walk import render_walk, walk_dict
     from .walk import NothingToInspect, walk
 
-    if model is not None:
-        _fail(f"{dump}: inspect --model is not supported yet; inspect walks the dumped numbers only")
-        sys.exit(EXIT_INPUT)
+    mw = None
     try:
-        w = walk(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale)
-    except DumpError as e:
+        if model is None:
+            w = walk(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale)
+        else:
+            from .walk_model import walk_with_model
+
+            w, mw = walk_with_model(dump, layer, head, model, query=query, evaluation=evaluation,
+                                    kq_scale=kq_scale, tokens=_tokens(tokens))
+    except (DumpError, ModelError) as e:
         _fail(str(e))
         sys.exit(EXIT_INPUT)
     except NothingToInspect as e:
@@ -255,9 +261,18 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model):
         if os.environ.get("NO_COLOR"):  # no escapes at all: shades and numbers carry the heatmap
             console = Console(highlight=False, width=console.width, color_system=None)
         render_walk(w, console)
+        if mw is not None:
+            from .render_walk_model import render_model_walk
+
+            render_model_walk(w, mw, console)
     if json_out:
-        _write_json(walk_dict(w), json_out)
-    sys.exit(EXIT_PASS if w.passed else EXIT_FAIL)
+        doc = walk_dict(w)
+        if mw is not None:
+            from .render_walk_model import model_walk_dict
+
+            doc["model"] = model_walk_dict(mw)
+        _write_json(doc, json_out)
+    sys.exit(EXIT_PASS if w.passed and (mw is None or mw.passed) else EXIT_FAIL)
 
 
 @main.command(name="diff")

@@ -276,6 +276,12 @@ class ModelChecker:
                                         f"the model does not fit this dump: '{m.node.name}' ({m.role}) is "
                                         f"{m.node.ne[0]} wide; {self.path} ({hp.arch}) gives {width}")
 
+    @property
+    def current(self) -> tuple[Expected, dict] | None:
+        """The reference of the run being checked, and the arithmetic chosen for it (inspect --model)."""
+        run = self._run
+        return None if run is None or run.expected is None else (run.expected, dict(run.arithmetic))
+
     # ---- one evaluation -------------------------------------------------------------------------------------
 
     def check(self, ev: Evaluation) -> tuple[dict[int, list[CheckResult]], list[Layer]]:

@@ -214,7 +214,12 @@ def walk(dump: Dump | str | BinaryIO, layer: int, head: int, query: int | None =
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
     ev, site = select(dump, evaluation, layer)
-    src = dump.source
+    return walk_site(dump.source, ev, site, head, query, kq_scale)
+
+
+def walk_site(src: str, ev: Evaluation, site: Site, head: int, query: int | None = None,
+              kq_scale: float | None = None) -> HeadWalk:
+    """The walk of one selected site (select()): its samples parsed, then head_walk."""
     printable = lambda n: n is not None and not n.quantized  # noqa: E731
     P = parse_sample(site.softmax, src)
     S = parse_sample(site.scores, src) if printable(site.scores) else None

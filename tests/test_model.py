@@ -310,3 +310,40 @@ def test_run_with_an_unsupported_model_checks_the_dump_alone(tmp_path):
     w.close()
     r = run("run", "-m", path, "-p", "How are", "--bin", fake_llama(tmp_path, "gpt2-how-are.txt"), "--json", "-")
     assert r.code == 0 and "no --model checks" in r.err and json.loads(r.out)["model"] is None
+
+
+# ---- inspect --model ------------------------------------------------------------------------------------------
+
+def test_inspect_shows_full_rows_from_the_model():
+    r = run("inspect", FIXTURES / "gpt2-long.txt", "--layer", "0", "--head", "9", "--query", "10",
+            "--model", GPT2, "--json", "-")
+    assert r.code == 0, r.err
+    m = json.loads(r.out)["model"]
+    rows = m["rows"]
+    assert len(rows["q"]["reference"]) == len(rows["kqv"]["reference"]) == 64  # every dim, 6 of them printed
+    assert rows["q"]["printed"] == rows["kqv"]["printed"] == 6
+    assert rows["kq"]["index"] == list(range(11)) and rows["kq"]["printed"] == 3  # slots 0..10 visible, 0-2 printed
+    assert abs(sum(rows["kq_soft_max"]["reference"]) - 1) < 1e-5
+    assert len(m["K_h"]) == len(m["V_h"]) == 11 and len(m["K_h"][0]) == 64
+    assert m["passed"] and {c["check"] for c in m["checks"]} >= {"model_q", "model_kq", "model_softmax", "model_kqv"}
+    text = run("inspect", FIXTURES / "gpt2-long.txt", "--layer", "0", "--head", "9", "--query", "10",
+               "--model", GPT2)
+    assert text.code == 0 and "From the model" in text.out and "PASS against the model" in text.out
+
+
+def test_inspect_with_the_model_fails_on_a_moved_score(tmp_path):
+    """kq-0's score of query 10 is not recomputable from the dump (k·q needs all 64 dims): the model catches it."""
+    edit = DumpEdit(FIXTURES / "gpt2-long.txt", tmp_path / "d.txt")
+    edit.add("kq-0", (9, 10, 2), 0.5)
+    edit.save()
+    args = ("inspect", tmp_path / "d.txt", "--layer", "0", "--head", "9", "--query", "10")
+    r = run(*args, "--model", GPT2)
+    assert r.code == 1 and "FAIL against the model" in r.out and "slot 2" in r.out
+
+
+def test_inspect_old_format_with_tokens():
+    args = ("inspect", FIXTURES / OLD, "--layer", "1", "--head", "7", "--model", LLAMA)
+    assert one_line_error(run(*args)).count("--tokens") == 1
+    r = run(*args, "--tokens", how_are_you_ids(), "--json", "-")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["model"]["arithmetic"]["f16_src1"] == "f32"

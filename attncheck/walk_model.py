@@ -1,0 +1,98 @@
+"""`inspect --model`: one head's full rows from the model's reference forward pass, beside what the dump printed.
+
+The dump prints 6 of D_h dims and 6 of n_kv slots; the reference has all of them. For the walked query at position
+pos: q [D_h], K_h and V_h [pos + 1, D_h] (the visible slots), kq and kq_soft_max [pos + 1], kqv [D_h]; each paired
+with the dumped value where llama.cpp printed one (NaN where it did not). The verdicts are those of
+`check --model` (model_checks.py) for this layer, restricted to this head, so inspect and check agree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+
+from .checks import CheckResult
+from .graph import Dump, read_dump
+from .heads import kv_head
+from .model_checks import ModelChecker
+from .sample import Sample, parse_sample
+from .walk import HeadWalk, select, walk_site
+
+
+@dataclass(frozen=True)
+class FullRow:
+    """One logical row over all its indices: the reference [n] and the dumped value where printed (NaN if not)."""
+
+    name: str  # q | kq | kq_soft_max | kqv
+    node: str | None  # the dumped node, if printed
+    index: np.ndarray  # [n] dims or slots
+    reference: np.ndarray  # [n]
+    dumped: np.ndarray  # [n], NaN where not printed
+
+    @property
+    def printed(self) -> int:
+        return int(np.count_nonzero(~np.isnan(self.dumped)))
+
+
+@dataclass(frozen=True)
+class ModelWalk:
+    """The reference side of a walk: full rows of the query and head, K_h/V_h of the visible slots, and the checks."""
+
+    model: str
+    arch: str
+    arithmetic: dict
+    rows: tuple[FullRow, ...]  # q, kq, kq_soft_max, kqv
+    K_h: np.ndarray  # [pos + 1, D_h] as stored in the cache
+    V_h: np.ndarray  # [pos + 1, D_h]
+    results: tuple[CheckResult, ...]  # --model checks of the layer, this head's elements only
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+
+def _dumped(s: Sample | None, head: int, query: int, n: int) -> np.ndarray:
+    """[n] the printed values of (head, query) along the last axis of a [H, T, x] node; NaN where not printed."""
+    out = np.full(n, np.nan)
+    if s is None:
+        return out
+    hp, qp = s.position(1, head), s.position(2, query)
+    if hp is not None and qp is not None:
+        out[s.index[3]] = s.values[0, hp, qp]
+    return out
+
+
+def walk_with_model(dump: Dump | str | BinaryIO, layer: int, head: int, model: str, query: int | None = None,
+                    evaluation: int = 0, kq_scale: float | None = None,
+                    tokens: tuple[int, ...] | None = None) -> tuple[HeadWalk, ModelWalk]:
+    """The walk of `walk.walk`, and the model's full rows for the same evaluation, layer, head and query."""
+    if not isinstance(dump, Dump):
+        dump = read_dump(dump)
+    ev, site = select(dump, evaluation, layer)
+    w = walk_site(dump.source, ev, site, head, query, kq_scale)
+    checker = ModelChecker(model, dump.source, kq_scale=kq_scale, tokens=tokens, layers=frozenset({layer}),
+                           heads=frozenset({head}))
+    results, _ = checker.check(ev)
+    expected, arithmetic = checker.current  # type: ignore[misc]
+    ref = expected.ref
+    pos, g = w.position, int(kv_head(head, w.H, w.H_kv))
+    slots = np.arange(pos + 1)
+    q = np.asarray(ref.get(layer, "Qcur"))[pos, head]
+    kq = np.asarray(ref.get(layer, "kq"))[head, pos, :pos + 1]
+    p = np.asarray(ref.get(layer, "kq_soft_max"))[head, pos, :pos + 1]
+    o = np.asarray(ref.get(layer, "kqv"))[head, pos]
+    src = dump.source
+    sample = lambda n: parse_sample(n, src) if n is not None and not n.quantized else None  # noqa: E731
+    Q, S, P, O = sample(site.q), sample(site.kq), sample(site.softmax), sample(site.kqv)
+    d_h = len(q)
+    rows = (
+        FullRow("q", site.q.name if site.q else None, np.arange(d_h), q, _dumped(Q, head, w.query, d_h)),
+        FullRow("kq", site.kq.name if site.kq else None, slots, kq, _dumped(S, head, w.query, site.n_kv)[:pos + 1]),
+        FullRow("kq_soft_max", site.softmax.name, slots, p, _dumped(P, head, w.query, site.n_kv)[:pos + 1]),
+        FullRow("kqv", site.kqv.name if site.kqv else None, np.arange(d_h), o, _dumped(O, head, w.query, d_h)),
+    )
+    K_h = np.asarray(ref.get(layer, "k_cache"))[g, :pos + 1]
+    V_h = np.asarray(ref.get(layer, "v_cache"))[g, :, :pos + 1].T
+    mw = ModelWalk(model, ref.hparams.arch, arithmetic, rows, K_h, V_h, tuple(results.get(layer, [])))
+    return w, mw

@@ -108,7 +108,8 @@ class Report:
     def unverified_reason(self) -> str:
         if self.flash_nodes and not self.sites:
             return (f"{self.flash_nodes} FLASH_ATTN_EXT nodes and no kq/kq_soft_max/kqv: flash attention prints no "
-                    "scores or weights. Re-run llama.cpp with --flash-attn off to check attention from the dump alone.")
+                    "scores or weights. Re-run llama.cpp with --flash-attn off to check attention from the dump alone, "
+                    "or check it against the model with --model GGUF.")
         if not self.sites:
             return "no attention sites (no SOFT_MAX node) in this dump"
         return "attention sites were found, but none of their printed elements could be checked"

@@ -73,23 +73,20 @@ class Expected:
 
     def value(self, quantity: str, role: str, layer: int | None) -> np.ndarray:
         """The reference in the canonical layout of `quantity` (model_roles.CANONICAL), float64."""
-        key = ("value", quantity, role, layer)
-        if key not in self._cache:
-            r = self.ref
-            if quantity == "q":
-                a = r.get(layer, "Qcur")  # [T, H, D_h]
-            elif quantity in ("Kcur", "Vcur"):
-                a = r.get(layer, quantity)  # [T, H_kv, D_h]
-            elif quantity == "k":
-                a = r.get(layer, "k_cache")  # [H_kv, T, D_h]
-            elif quantity == "v":
-                a = r.get(layer, "v_cache")  # [H_kv, D_h, T]
-            elif quantity in ("kq", "kq_soft_max", "kqv"):
-                a = r.get(layer, quantity)  # [H, T, T] or [H, T, D_h]
-            else:  # rows: [1, T, width]
-                a = r.get(layer, role)[None]
-            self._cache[key] = np.asarray(a, dtype=np.float64)
-        return self._cache[key]  # type: ignore[return-value]
+        r = self.ref  # not cached: the reference holds it in f32 already, so memory stays that of one reference
+        if quantity == "q":
+            a = r.get(layer, "Qcur")  # [T, H, D_h]
+        elif quantity in ("Kcur", "Vcur"):
+            a = r.get(layer, quantity)  # [T, H_kv, D_h]
+        elif quantity == "k":
+            a = r.get(layer, "k_cache")  # [H_kv, T, D_h]
+        elif quantity == "v":
+            a = r.get(layer, "v_cache")  # [H_kv, D_h, T]
+        elif quantity in ("kq", "kq_soft_max", "kqv"):
+            a = r.get(layer, quantity)  # [H, T, T] or [H, T, D_h]
+        else:  # rows: [1, T, width]
+            a = r.get(layer, role)[None]
+        return np.asarray(a, dtype=np.float64)
 
     def _heads(self, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """q [H, T, D_h], k [H, T, D_h], v [H, D_h, T] per query head (GQA: head h reads KV head h // group), p."""

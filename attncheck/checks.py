@@ -93,21 +93,31 @@ def _locator(view: SiteView, idx: tuple[np.ndarray, ...], last: str):
 
 
 def finite(view: SiteView) -> list[CheckResult]:
-    """Every printed score, weight and output is a number: `%12.4f` prints nan/inf for real non-finite values."""
+    """Every printed score, weight, output and value is a number: `%12.4f` prints nan/inf for real non-finite ones."""
     out = []
-    for arr, node, last in ((view.S, view.site.scores, "slot"), (view.P, view.site.softmax, "slot"),
-                            (view.O, view.site.kqv, "dim")):
-        if arr is None:
+    V = view.V[view.kv_printed] if view.V is not None else None  # [h', d, j]: heads whose KV head was printed
+    for arr, node, where in ((view.S, view.site.scores, lambda idx: _locator(view, idx, "slot")),
+                             (view.P, view.site.softmax, lambda idx: _locator(view, idx, "slot")),
+                             (view.O, view.site.kqv, lambda idx: _locator(view, idx, "dim")),
+                             (V, view.site.v, lambda idx: _v_locator(view, idx))):
+        if arr is None or node is None:
             continue
         if np.isfinite(arr).all():
             out.append(CheckResult("finite", node.name, node.line, checked=arr.size))
             continue
         idx = np.nonzero(~np.isfinite(arr))
         vals = arr[idx]
-        res = compare("finite", node, vals, np.zeros_like(vals), np.zeros_like(vals), _locator(view, idx, last))
+        res = compare("finite", node, vals, np.zeros_like(vals), np.zeros_like(vals), where(idx))
         res.checked = arr.size
         out.append(res)
     return out
+
+
+def _v_locator(view: SiteView, idx: tuple[np.ndarray, ...]):
+    """Map element i of V_h [h', d, j] (heads whose KV head was printed) to a Location: head, dim, slot."""
+    heads = view.heads[view.kv_printed]
+    h, d, j = idx
+    return lambda i: Location(int(heads[h[i]]), None, slot=int(view.slots[j[i]]), dim=int(view.dims[d[i]]))
 
 
 def masked(view: SiteView) -> CheckResult:
@@ -183,10 +193,10 @@ def pv(view: SiteView) -> CheckResult:
         return CheckResult("pv", site.kqv.name, site.kqv.line, unchecked=view.O.size,
                            why_unchecked="the V cache view was not printed (quantized cache?)")
     whole = view.rows_whole
-    kv_printed = ~np.isnan(view.V).any(axis=(1, 2))  # [h]
+    kv_printed = view.kv_printed  # [h]
     vis = view.visible  # [t, j]
     P = np.where(vis, view.P, 0.0)[:, whole]  # [h, t', j]
-    Vh = np.nan_to_num(view.V)  # [h, d, j]
+    Vh = view.V  # [h, d, j]: a printed nan or inf stays, and fails the elements it feeds
     want = np.einsum("htj,hdj->htd", P, Vh)
     bound = bounds.pv_bound(P[:, :, None, :], Vh[:, None], vis[whole][None, :, None, :], view.v_type)  # [h, t', d]
     ok_rows = np.zeros(view.O.shape, bool)

@@ -31,7 +31,7 @@ class SiteView:
     """The printed part of one site, per head. h, t, j, d are printed heads, queries, slots and dims.
 
     S: [h, t, j] raw scores kq          P: [h, t, j] weights kq_soft_max
-    O: [h, t, d] kqv (None if absent)   V: [h, d, j] V_h of each printed head (NaN where its KV head was not printed)
+    O: [h, t, d] kqv (None if absent)   V: [h, d, j] V_h of each printed head (0 where kv_printed is False)
     """
 
     site: Site
@@ -45,6 +45,7 @@ class SiteView:
     O: np.ndarray | None
     V: np.ndarray | None
     v_type: str | None  # storage type of the V cache view (f16 by default)
+    kv_printed: np.ndarray | None = None  # [h] the KV head this head reads was printed in the V view
 
     @property
     def visible(self) -> np.ndarray:
@@ -73,18 +74,19 @@ def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | 
         raise DumpError(source, O.node.line, f"kqv '{O.node.name}' ne {O.node.ne} does not fit weights "
                                              f"'{P.node.name}' (line {P.node.line}) ne {P.node.ne}")
     dims = O.index[3] if O is not None else np.arange(0)
-    V_h = None
+    V_h = kv_printed = None
     if V is not None and O is not None:
         if V.node.ne[0] != P.node.ne[0] or V.node.ne[1] != O.node.ne[0]:
             raise DumpError(source, V.node.line, f"V view '{V.node.name}' ne {V.node.ne} does not fit kqv {O.node.ne}")
         H, H_kv = site.H, V.node.ne[2]
         if H_kv == 0 or H % H_kv:
             raise DumpError(source, V.node.line, f"{H} query heads cannot share {H_kv} KV heads")
-        V_h = np.full((len(heads), len(dims), len(slots)), np.nan)
+        V_h = np.zeros((len(heads), len(dims), len(slots)))
+        kv_printed = np.zeros(len(heads), bool)
         for i, h in enumerate(heads):
             g = V.position(1, int(kv_head(int(h), H, H_kv)))
             if g is not None:
-                V_h[i] = V.values[0, g]
+                V_h[i], kv_printed[i] = V.values[0, g], True
     return SiteView(
         site=site,
         n_past=n_past,
@@ -97,6 +99,7 @@ def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | 
         O=O.values[0] if O is not None else None,
         V=V_h,
         v_type=V.node.type if V is not None else None,
+        kv_printed=kv_printed,
     )
 
 
@@ -105,4 +108,4 @@ def select_heads(view: SiteView, heads: set[int]) -> SiteView:
     keep = np.isin(view.heads, sorted(heads))
     pick = lambda a: None if a is None else a[keep]  # noqa: E731
     return SiteView(view.site, view.n_past, view.heads[keep], view.queries, view.slots, view.dims,
-                    pick(view.S), view.P[keep], pick(view.O), pick(view.V), view.v_type)
+                    pick(view.S), view.P[keep], pick(view.O), pick(view.V), view.v_type, pick(view.kv_printed))

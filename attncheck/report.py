@@ -53,6 +53,7 @@ class Report:
     inferred_rows: int = 0
     hint: str = ""
     warnings: list[str] = field(default_factory=list)
+    layers_seen: set[int] = field(default_factory=set)  # layers with an attention site, checked or filtered out
     stopped_early: bool = False
     model: dict | None = None  # --model: model_checks.ModelChecker.summary()
 
@@ -110,6 +111,9 @@ class Report:
             return (f"{self.flash_nodes} FLASH_ATTN_EXT nodes and no kq/kq_soft_max/kqv: flash attention prints no "
                     "scores or weights. Re-run llama.cpp with --flash-attn off to check attention from the dump alone, "
                     "or check it against the model with --model GGUF.")
+        if not self.sites and self.layers_seen:
+            return (f"no attention site in the layers asked for: the dump has layers "
+                    f"{', '.join(map(str, sorted(self.layers_seen)))}")
         if not self.sites:
             return "no attention sites (no SOFT_MAX node) in this dump"
         return "attention sites were found, but none of their printed elements could be checked"

@@ -64,6 +64,7 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
         report.flash_nodes += len(ev.flash)
         model_results, model_layers = checker.check(ev) if checker is not None else ({}, [])
         for site in ev.sites:
+            report.layers_seen.add(site.layer)
             if opts.layers is not None and site.layer not in opts.layers:
                 continue
             sr, view = _check_site(dump, ev, site, opts)

@@ -151,6 +151,7 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
         buf = carry + chunk
         # headers and token lists are whole lines: leave a partial last line for the next round
         end = len(buf) if eof else buf.rfind(b"\n") + 1
+        runs_here = b"system_info:" in buf or b"number of input tokens" in buf  # else no gap needs a look
         pos = 0  # start of the text not yet given to a node
         for m in _HEADER_AT.finditer(buf, 0, end):
             start = buf.rfind(b"\n", 0, m.start()) + 1  # the header's line start
@@ -163,7 +164,8 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
             elif not seen_header and (hit := _PRINTED_LINE.search(body)):
                 yield Note(line + body.count(b"\n", 0, hit.start()), "printed values before the first header "
                                                                      "(the header line lost?)")
-            yield from _tokens(body, line, source)
+            if runs_here:
+                yield from _tokens(body, line, source)
             line, pos = header_line + 1, m.end() + 1
             parsed = parse_header(m.group(1).decode("utf-8", "replace"))
             if parsed is None:

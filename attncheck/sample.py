@@ -95,18 +95,20 @@ def parse_sample(node: Node, source: str) -> Sample:
     """Parse a node's printed body into a Sample; DumpError names the first line that does not fit its ne."""
     if node.quantized:
         raise DumpError(source, node.line, f"node '{node.name}' is {node.type}: quantized tensors print no values")
-    body = _clean(node.body)
     n0, n1, n2, n3 = node.ne
-    if n3 > body.count(b"sum"):  # each i3 block ends in a `sum = ` line: a larger ne3 cannot fit this body
+    if n3 > 1 and n3 > node.body.count(b"sum"):  # each i3 block ends in a `sum = ` line: more cannot fit
         _locate_damage(node, source)
     index = (np.arange(n3), printed_indices(n2), printed_indices(n1), printed_indices(n0))
     shape = tuple(len(ix) for ix in index)
     per_block = shape[1] * shape[2] * shape[3]
     # fast path: the skeleton (brackets, commas, `sum=`) must be the one llama.cpp prints for this ne, and the
     # words between them exactly the expected count of numbers; anything else is located line by line
-    words = body.replace(b"...", b"").replace(b"sum", b"").translate(_PUNCT).split()
+    body = _skeleton_fits(node)
     try:
-        if body.translate(None, _NUMBER_CHARS) != _fast_skeleton(node.ne) or len(words) != n3 * (per_block + 1):
+        if body is None:
+            raise ValueError
+        words = body.replace(b"...", b"").replace(b"sum", b"").translate(_PUNCT).split()
+        if len(words) != n3 * (per_block + 1):
             raise ValueError
         if not _PRINTED_VALUES.fullmatch(b" ".join(words) + b" "):
             raise ValueError  # a word `%12.4f` and `%f` never print (1234, .8108, 8108.) is damage, not a value
@@ -126,12 +128,27 @@ def _fast_skeleton(ne: tuple[int, int, int, int]) -> bytes:
 def fits(node: Node) -> bool:
     """The body has the shape llama.cpp prints for this ne, without parsing a number: the skeleton, and one '.',
     'nan' or 'inf' per number. For the nodes no check parses, so that damage to them is noticed all the same."""
-    body = _clean(node.body)
     if node.quantized:
-        return not body.strip()
-    if node.ne[3] > body.count(b"sum") or body.translate(None, _NUMBER_CHARS) != _fast_skeleton(node.ne):
+        return not node.body.strip()
+    n3 = node.ne[3]
+    if n3 > 1 and n3 > node.body.count(b"sum"):
         return False
-    return body.count(b".") + body.count(b"nan") + body.count(b"inf") == _marks(node.ne)
+    body = _skeleton_fits(node)
+    if body is None:
+        return False
+    marks, dots = _marks(node.ne), body.count(b".")
+    return dots == marks or dots + body.count(b"nan") + body.count(b"inf") == marks
+
+
+def _skeleton_fits(node: Node) -> bytes | None:
+    """The body (without interleaved log lines) if its skeleton is the one printed for its ne, else None.
+
+    Log lines hold letters the skeleton keeps, so the raw body is tried first and cleaned only when it differs."""
+    skeleton = _fast_skeleton(node.ne)
+    if node.body.translate(None, _NUMBER_CHARS) == skeleton:
+        return node.body
+    body = _clean(node.body)
+    return body if body is not node.body and body.translate(None, _NUMBER_CHARS) == skeleton else None
 
 
 @lru_cache(maxsize=1024)

@@ -8,8 +8,7 @@ import sys
 import click
 from rich.console import Console
 
-from .errors import DumpError
-from .model import ModelError
+from .errors import DumpError, ModelError
 from .report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED, SCHEMA, Report
 
 

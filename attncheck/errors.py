@@ -1,5 +1,7 @@
-"""The one exception a user sees: unusable input, named by file and line (exit 2)."""
+"""The exceptions a user sees, each one line (exit 2): unusable input named by file and line, an unusable model."""
 from __future__ import annotations
+
+import os
 
 
 class DumpError(Exception):
@@ -20,3 +22,12 @@ def printable(text: str) -> str:
     """Text quoted from the input, as one visible line: control characters (NUL, a stray CR, terminal escape
     codes) written as escapes."""
     return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+class ModelError(Exception):
+    """A model file that cannot be used; the message names the file."""
+
+    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
+        self.path = str(path)
+        self.message = " ".join(message.split())  # one line
+        super().__init__(f"{self.path}: {self.message}")

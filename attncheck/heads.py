@@ -8,6 +8,7 @@ j <= n_past + t; every other slot (a later token of the same ubatch, or an empty
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -47,17 +48,17 @@ class SiteView:
     v_type: str | None  # storage type of the V cache view (f16 by default)
     kv_printed: np.ndarray | None = None  # [h] the KV head this head reads was printed in the V view
 
-    @property
+    @cached_property
     def visible(self) -> np.ndarray:
         """[t, j] slot j visible to query t."""
         return visible(self.n_past + self.queries, self.slots)
 
-    @property
+    @cached_property
     def n_visible(self) -> np.ndarray:
         """[t] how many slots query t may read: n_past + t + 1."""
         return self.n_past + self.queries + 1
 
-    @property
+    @cached_property
     def rows_whole(self) -> np.ndarray:
         """[t] every visible slot of the row was printed, so the row's softmax and P·V can be recomputed."""
         return self.visible.sum(axis=1) == self.n_visible

@@ -10,16 +10,9 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
+from .errors import ModelError  # defined beside DumpError, so the CLI need not import gguf to catch it
+
 SUPPORTED_ARCHS = ("gpt2", "llama")
-
-
-class ModelError(Exception):
-    """A model file that cannot be used; the message names the file."""
-
-    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
-        self.path = str(path)
-        self.message = " ".join(message.split())  # one line
-        super().__init__(f"{self.path}: {self.message}")
 
 
 @dataclass(frozen=True)

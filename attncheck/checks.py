@@ -30,6 +30,16 @@ class Location(NamedTuple):
     pos: int | None = None
 
 
+def describe(at: Location | None) -> str:
+    """A Location as words, for tables, failure lines and JUnit messages: "head 3, query 1, slot 0"."""
+    if at is None:
+        return "whole tensor"
+    parts = [f"{k} {getattr(at, k)}" for k in ("head", "query", "slot", "dim") if getattr(at, k) is not None]
+    if at.pos is not None:
+        parts.append(f"position {at.pos}")
+    return ", ".join(parts)
+
+
 class Failure(NamedTuple):
     at: Location
     got: float

@@ -11,6 +11,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from .checks import describe
 from .diff import DiffReport
 from .render_diff import divergence_line
 from .report import EXIT_INPUT, EXIT_UNVERIFIED, Report, SiteReport
@@ -43,20 +44,11 @@ def _totals(root: ET.Element) -> ET.ElementTree:
     return ET.ElementTree(root)
 
 
-def _at(at) -> str:
-    if at is None:
-        return "whole tensor"
-    parts = [f"{k} {getattr(at, k)}" for k in ("head", "query", "slot", "dim") if getattr(at, k) is not None]
-    if getattr(at, "pos", None) is not None:
-        parts.append(f"position {at.pos}")
-    return ", ".join(parts)
-
-
 def _site_failures(s: SiteReport) -> list[str]:
     out = []
     for r in s.results:
         for f in r.failures if not r.passed else ():
-            out.append(f"{r.check}: {r.node} (line {r.line}) {_at(f.at)}: dumped {f.got:.6g}, recomputed "
+            out.append(f"{r.check}: {r.node} (line {r.line}) {describe(f.at)}: dumped {f.got:.6g}, recomputed "
                        f"{f.want:.6g}, |err| {abs(f.got - f.want):.1e} > bound {f.bound:.1e}")
     return out
 

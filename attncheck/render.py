@@ -5,6 +5,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from .checks import describe
 from .report import EXIT_FAIL, EXIT_PASS, Report, SiteReport
 
 CHECK_TITLES = {
@@ -51,20 +52,11 @@ def site_table(report: Report, verbose: bool = False) -> Table:
         if verbose or not s.passed:
             for r in s.results:
                 if verbose or not r.passed:
-                    where = "" if r.worst is None or not r.max_error else " at " + _where(r.worst)
+                    where = "" if r.worst is None or not r.max_error else " at " + describe(r.worst)
                     t.add_row("", f"[dim]{r.check}[/]", "", "", "", "", str(r.checked),
                               f"{r.max_error:.1e}", f"{r.bound:.1e}", f"{r.ratio:.2f}",
                               f"{_status(r.passed)} {_title(r.check)}{where}")
     return t
-
-
-def _where(at) -> str:
-    if at is None:
-        return "whole tensor"
-    parts = [f"{k} {getattr(at, k)}" for k in ("head", "query", "slot", "dim") if getattr(at, k) is not None]
-    if getattr(at, "pos", None) is not None:
-        parts.append(f"position {at.pos}")
-    return ", ".join(parts)
 
 
 def _title(check: str) -> str:
@@ -89,7 +81,7 @@ def failure_lines(report: Report, limit: int = 10) -> list[str]:
                                f"[{_title(r.check)}]")
                     continue
                 recomputed = "reference" if r.check.startswith("model_") else "recomputed"
-                out.append(f"eval {s.evaluation} layer {s.layer} {_where(f.at)}: {r.node} (line {r.line}) "
+                out.append(f"eval {s.evaluation} layer {s.layer} {describe(f.at)}: {r.node} (line {r.line}) "
                            f"{f.got:.4f}, {recomputed} {f.want:.4f}: |err| {abs(f.got - f.want):.1e} > bound "
                            f"{f.bound:.1e} [{_title(r.check)}]")
             if len(out) >= limit:

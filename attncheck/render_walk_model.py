@@ -7,7 +7,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from .render import _where
+from .checks import describe
 from .walk import HeadWalk
 from .walk_model import FullRow, ModelWalk
 
@@ -39,7 +39,7 @@ def checks_table(mw: ModelWalk) -> Table:
     for r in mw.results:
         if not r.checked and r.passed:  # a node that printed nothing of this head
             continue
-        where = "" if r.worst is None or r.passed else f" at {_where(r.worst)}"
+        where = "" if r.worst is None or r.passed else f" at {describe(r.worst)}"
         t.add_row(r.check, r.node, str(r.checked), f"{r.max_error:.1e}", f"{r.bound:.1e}", f"{r.ratio:.2f}",
                   "-" if r.nmse is None else f"{r.nmse:.1e}", r.error_model or "-",
                   ("[green]PASS[/]" if r.passed else "[bold red]FAIL[/]") + where)

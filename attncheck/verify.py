@@ -51,7 +51,6 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     num = den = 0.0
     rows = 0
     failed_views: list[tuple[SiteReport, SiteView]] = []
-    last: Evaluation | None = None
     checker = None
     if opts.model is not None:
         from .model_checks import ModelChecker
@@ -59,7 +58,6 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
         checker = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens,
                                layers=opts.layers, heads=opts.heads)
     for ev in dump.evaluations():
-        last = ev
         report.evaluations += 1
         report.flash_nodes += len(ev.flash)
         model_results, model_layers = checker.check(ev) if checker is not None else ({}, [])
@@ -99,7 +97,6 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
             "(llama.cpp's logger loses its tail at exit); no check needed it"
         )
     report.warnings = [printable(w) for w in report.warnings]  # one line each, whatever the input held
-    del last
     return report
 
 
@@ -107,9 +104,6 @@ def _check_site(dump: Dump, ev: Evaluation, site: Site, opts: Options) -> tuple[
     src = dump.source
     if ev.n_past is None:
         raise DumpError(src, site.softmax.line, "cannot place this evaluation: an earlier one had no attention to count T")
-    if site.kqv is None and dump.cut is not None:
-        raise DumpError(src, dump.cut.line, f"the dump ends before layer {site.layer}'s MUL_MAT(v, P) "
-                                            f"(SOFT_MAX at line {site.softmax.line})")
     for reader, read in ((site.softmax, site.scores), (site.kqv, site.v)):  # the scores and the V view it names
         if reader is not None and read is None and reader.srcs[0] is not None:
             raise DumpError(src, reader.line, f"'{reader.name}' reads '{reader.srcs[0].name}', which is not printed "

@@ -44,3 +44,18 @@ def attncheck(*args: str, stdin: bytes | None = None) -> Run:
 @pytest.fixture
 def fixture_path():
     return lambda name: FIXTURES / name
+
+
+def bert_gguf(tmp_path) -> Path:
+    """A real GGUF file of an architecture attncheck's reference does not know (bert), with one tensor."""
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "bert.gguf"
+    w = gguf.GGUFWriter(str(path), "bert")
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

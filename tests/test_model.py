@@ -17,13 +17,12 @@ import json
 import stat
 from pathlib import Path
 
-import gguf
 import numpy as np
 import pytest
 
 import attncheck
 from attncheck.model_checks import NMSE_MAX
-from conftest import FIXTURES, attncheck as run
+from conftest import FIXTURES, attncheck as run, bert_gguf
 from dumpedit import DumpEdit, printed
 
 GPT2 = FIXTURES / "models" / "gpt2-mini-q8_0.gguf"
@@ -260,13 +259,7 @@ def test_tokens_must_agree_with_the_log():
 
 
 def test_unsupported_architecture_and_not_a_model(tmp_path):
-    path = tmp_path / "bert.gguf"
-    w = gguf.GGUFWriter(str(path), "bert")
-    w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    path = bert_gguf(tmp_path)
     msg = one_line_error(run("check", FIXTURES / "gpt2-how-are.txt", "--model", path))
     assert "bert" in msg and "unsupported architecture" in msg
     msg = one_line_error(run("check", FIXTURES / "gpt2-how-are.txt", "--model", FIXTURES / "gpt2-how-are.txt"))
@@ -301,13 +294,7 @@ def test_run_checks_against_its_model(tmp_path):
 
 
 def test_run_with_an_unsupported_model_checks_the_dump_alone(tmp_path):
-    path = tmp_path / "bert.gguf"
-    w = gguf.GGUFWriter(str(path), "bert")
-    w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    path = bert_gguf(tmp_path)
     r = run("run", "-m", path, "-p", "How are", "--bin", fake_llama(tmp_path, "gpt2-how-are.txt"), "--json", "-")
     assert r.code == 0 and "no --model checks" in r.err and json.loads(r.out)["model"] is None
 

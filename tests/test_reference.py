@@ -71,6 +71,7 @@ from hypothesis.extra.numpy import arrays
 import attncheck.reference as reference
 from attncheck.model import Hparams, Model, ModelError, load_model
 from attncheck.reference import Reference, forward
+from conftest import bert_gguf
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 GPT2 = FIXTURES / "models" / "gpt2-mini-q8_0.gguf"
@@ -252,13 +253,7 @@ def test_tensor_shapes_and_types(gpt2: Model, llama: Model) -> None:
 
 
 def test_unsupported_architecture_names_the_file(tmp_path: Path) -> None:
-    path = tmp_path / "bert.gguf"
-    w = gguf.GGUFWriter(str(path), "bert")
-    w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    path = bert_gguf(tmp_path)
     with pytest.raises(ModelError) as e:
         load_model(path)
     assert str(path) in str(e.value) and "bert" in str(e.value) and "\n" not in str(e.value)

@@ -1,4 +1,4 @@
 """`python -m attncheck` is the `attncheck` command."""
-from .cli import main
+from .cli import entry
 
-main()
+entry()

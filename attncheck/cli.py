@@ -8,7 +8,7 @@ import sys
 import click
 from rich.console import Console
 
-from .errors import DumpError, ModelError
+from .errors import DumpError, ModelError, printable
 from .report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED, SCHEMA, Report
 
 
@@ -126,6 +126,7 @@ def _combine(codes: list[int]) -> int:
 @click.argument("dump", default="-")
 def list_(dump):
     """What a dump holds: runs, evaluations, nodes, attention sites."""
+    from rich.markup import escape
     from rich.table import Table
 
     from .graph import read_dump
@@ -147,10 +148,8 @@ def list_(dump):
                     what = f"{len(ev.flash)} FLASH_ATTN_EXT" if ev.flash else "no attention"
                     table.add_row(*head, "", what, *[""] * 7)
                     continue
-                table.add_row(*head, str(s.layer), f"{s.kq.name if s.kq else '-'} (line {s.kq.line if s.kq else '-'})",
-                              f"{s.softmax.name} (line {s.softmax.line})",
-                              f"{s.kqv.name} (line {s.kqv.line})" if s.kqv else "-",
-                              str(s.H), str(s.H_kv), str(s.D_h), str(s.n_kv))
+                named = [escape(printable(f"{n.name} (line {n.line})")) if n else "-" for n in (s.kq, s.softmax, s.kqv)]
+                table.add_row(*head, str(s.layer), *named, str(s.H), str(s.H_kv), str(s.D_h), str(s.n_kv))
             ev.nodes.clear()
     except DumpError as e:
         _fail(str(e))
@@ -158,9 +157,9 @@ def list_(dump):
     console.print(table)
     for r in d.runs:
         ids = "no token ids in the log" if r.tokens is None else f"{len(r.tokens)} tokens {list(r.tokens)}"
-        console.print(f"run at line {r.line}: {ids}")
-    for n in d.notes:
-        console.print(f"[yellow]warning: line {n.line}: {n.message}[/]")
+        console.print(f"run at line {r.line}: {ids}", markup=False)
+    for n in d.notes:  # as `check` writes them: stderr, one visible line each
+        click.echo(f"attncheck: warning: {d.source}:{n.line}: {printable(n.message)}", err=True)
     sys.exit(EXIT_PASS if n_ev else EXIT_UNVERIFIED)
 
 
@@ -313,5 +312,15 @@ def diff_(old, new, prefix, json_out, junit, atol, rtol, nmse, quiet, verbose):
     sys.exit(rep.exit_code)
 
 
+def entry() -> None:
+    """The console script: the click group, with an exception no command expected (a bug) turned into one line
+    and exit 2, never a traceback."""
+    try:
+        main()
+    except Exception as e:  # click already turned usage errors into exit 2 with its message
+        _fail(printable(f"internal error ({type(e).__name__}: {e}); please report it with the input"))
+        sys.exit(EXIT_INPUT)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

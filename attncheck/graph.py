@@ -12,7 +12,7 @@ from typing import BinaryIO, Iterable, Iterator
 
 from .errors import DumpError
 from .records import Node, Note, RunStart, scan
-from .sample import fits
+from .sample import CUT_ADVICE, fits
 
 # ops that pass scores through on their way to SOFT_MAX (kq_scaled, kq_tanh, kq_plus_kq_b, soft-capping)
 _SCORE_PASSTHROUGH = {"SCALE", "TANH", "ADD", "MUL", "CPY", "CONT", "RESHAPE", "VIEW", "PERMUTE", "UNARY"}
@@ -240,20 +240,20 @@ class Dump:
                                                "header was lost or damaged here (interleaved output?)")
         if end and self.cut.op == "MUL_MAT" and all(i is not None for i in self.cut.inputs):
             raise DumpError(src, last_line, f"the dump ends inside node '{self.cut.name}', an attention MUL_MAT "
-                                            f"(header at line {self.cut.line})")
+                                            f"(header at line {self.cut.line}); {CUT_ADVICE}")
         for s in ev.sites:
             if s.kqv is not None:
                 continue
             if end and s.softmax is self.cut:
                 raise DumpError(src, last_line, f"the dump ends inside node '{s.softmax.name}' "
-                                                f"(header at line {s.softmax.line})")
+                                                f"(header at line {s.softmax.line}); {CUT_ADVICE}")
             after = [d for d in ev.damaged if d > s.softmax.line]
             if after:
                 raise DumpError(src, after[0], f"no MUL_MAT(v, P) reads '{s.softmax.name}' (line {s.softmax.line}): "
                                                "its header here was damaged (interleaved output?)")
             if final:
                 raise DumpError(src, self._end_line(), f"the dump ends before a MUL_MAT(v, P) reads "
-                                                       f"'{s.softmax.name}' (line {s.softmax.line})")
+                                                       f"'{s.softmax.name}' (line {s.softmax.line}); {CUT_ADVICE}")
             raise DumpError(src, s.softmax.line, f"no MUL_MAT(v, P) reads '{s.softmax.name}' in this evaluation")
 
     def _end_line(self) -> int:

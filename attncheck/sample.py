@@ -16,6 +16,7 @@ from .errors import DumpError
 from .records import Node
 
 EDGE = 3  # llama.cpp prints the first and last EDGE indices of a long dimension
+CUT_ADVICE = "llama.cpp's logger can lose the tail of its output at exit: run it again"
 
 _SKELETON = re.compile(rb"\s+|-?(?:\d+\.\d{4}(?:\d\d)?|nan|inf)")  # what is left of a line without numbers and spaces
 _NUMBER_CHARS = b"0123456789.-naif \t\r\n"  # deleted for the fast skeleton: digits, nan, inf, spaces
@@ -162,7 +163,8 @@ def _marks(ne: tuple[int, int, int, int]) -> int:
 def _locate_damage(node: Node, source: str) -> None:
     """Walk the body line by line against the expected layout and raise at the first line that differs."""
     if node.cut:
-        raise DumpError(source, node.last_line, f"the dump ends inside node '{node.name}' (header at line {node.line})")
+        raise DumpError(source, node.last_line, f"the dump ends inside node '{node.name}' (header at line {node.line}); "
+                                                f"{CUT_ADVICE}")
     n0, n1, n2, n3 = node.ne  # no more i3 blocks than the body has `sum = ` lines, whatever a damaged ne3 says
     _, expected = _layout((n0, n1, n2, min(n3, node.body.count(b"sum") + 1)))
     line = node.body_line

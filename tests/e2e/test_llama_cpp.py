@@ -9,28 +9,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-MODELS = Path(__file__).resolve().parents[2] / "fixtures" / "models"
-GPT2 = MODELS / "gpt2-mini-q8_0.gguf"
-LLAMA = MODELS / "llama-mini-gqa-f16.gguf"
-BIN = os.environ.get("LLAMA_EVAL_CALLBACK")
+from pipeline import BIN, GPT2, LLAMA, again_if_cut, pipe
 
 pytestmark = pytest.mark.skipif(not BIN, reason="set LLAMA_EVAL_CALLBACK (make e2e builds and sets it)")
-
-
-def pipe(model: Path, prompt: str, *llama_args: str, check_args: tuple[str, ...] = ()) -> tuple[int, dict, str]:
-    """`llama-eval-callback ... 2>&1 | attncheck --json -`, the way users run it."""
-    llama = subprocess.Popen([BIN, "-m", str(model), "-p", prompt, "-t", "2", "--seed", "1", *llama_args],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    check = subprocess.run([sys.executable, "-m", "attncheck", "--json", "-", *check_args], stdin=llama.stdout,
-                           capture_output=True, text=True, timeout=300)
-    llama.stdout.close()
-    assert llama.wait(timeout=300) == 0
-    assert "Traceback" not in check.stderr
-    return check.returncode, json.loads(check.stdout), check.stderr
 
 
 @pytest.mark.parametrize(
@@ -69,9 +52,10 @@ def test_wrong_kq_scale_fails_with_a_hint():
 
 def test_run_command_keeps_the_dump(tmp_path):
     keep = tmp_path / "dump.txt"
-    r = subprocess.run([sys.executable, "-m", "attncheck", "run", "-m", str(LLAMA), "-p", "I like to draw",
-                        "--keep", str(keep), "--json", "-", "--", "-t", "2", "--seed", "1"],
-                       capture_output=True, text=True, timeout=300, env={**os.environ, "LLAMA_EVAL_CALLBACK": BIN})
+    r = again_if_cut(lambda: subprocess.run(
+        [sys.executable, "-m", "attncheck", "run", "-m", str(LLAMA), "-p", "I like to draw", "--keep", str(keep),
+         "--json", "-", "--", "-t", "2", "--seed", "1"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "LLAMA_EVAL_CALLBACK": BIN}))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["totals"]["softmax_rows_checked"] == 36
     again = subprocess.run([sys.executable, "-m", "attncheck", "check", str(keep), "-q"], capture_output=True)

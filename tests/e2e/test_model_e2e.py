@@ -13,27 +13,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from pipeline import BIN, GPT2, LLAMA, pipe
 
-MODELS = Path(__file__).resolve().parents[2] / "fixtures" / "models"
-GPT2 = MODELS / "gpt2-mini-q8_0.gguf"
-LLAMA = MODELS / "llama-mini-gqa-f16.gguf"
-BIN = os.environ.get("LLAMA_EVAL_CALLBACK")
 LONG = ("In a hole in the ground there lived a hobbit. Not a nasty, dirty, wet hole, filled with the ends of worms "
         "and an oozy smell, nor yet a dry, bare, sandy hole with nothing in it to sit down on or to eat.")
 
 pytestmark = pytest.mark.skipif(not BIN, reason="set LLAMA_EVAL_CALLBACK (make e2e builds and sets it)")
 
 
-def pipe(model: Path, prompt: str, *llama_args: str, check_model: Path | None = None) -> tuple[int, dict, str]:
+def pipe_model(model: Path, prompt: str, *llama_args: str, check_model: Path | None = None) -> tuple[int, dict, str]:
     """`llama-eval-callback ... 2>&1 | attncheck --model ... --json -`."""
-    llama = subprocess.Popen([BIN, "-m", str(model), "-p", prompt, "-t", "2", "--seed", "1", *llama_args],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    check = subprocess.run([sys.executable, "-m", "attncheck", "--json", "-", "--model", str(check_model or model)],
-                           stdin=llama.stdout, capture_output=True, text=True, timeout=600)
-    llama.stdout.close()
-    assert llama.wait(timeout=600) == 0
-    assert "Traceback" not in check.stderr
-    return check.returncode, json.loads(check.stdout) if check.stdout.strip() else {}, check.stderr
+    return pipe(model, prompt, *llama_args, check_args=("--model", str(check_model or model)))
 
 
 @pytest.mark.parametrize("model", [GPT2, LLAMA], ids=["gpt2", "llama"])
@@ -46,7 +36,7 @@ def pipe(model: Path, prompt: str, *llama_args: str, check_model: Path | None = 
     ("--flash-attn", "off", "-ctk", "bf16", "-ctv", "bf16"),
 ], ids=lambda f: " ".join(f))
 def test_long_prompt_passes_against_its_model(model, flags):
-    code, doc, err = pipe(model, LONG, *flags)
+    code, doc, err = pipe_model(model, LONG, *flags)
     assert code == 0, err[-3000:]
     t = doc["totals"]
     assert t["model_elements_checked"] == t["model_elements_printed"] > 0
@@ -76,7 +66,7 @@ def test_a_model_with_other_weights_fails():
     w.write_tensors_to_file()
     w.close()
     try:
-        code, doc, err = pipe(LLAMA, "How are you", "--flash-attn", "off", check_model=out)
+        code, doc, err = pipe_model(LLAMA, "How are you", "--flash-attn", "off", check_model=out)
         assert code == 1, err[-2000:]
         assert doc["model"]["first_failed"]["layer"] == 0
     finally:

@@ -1,0 +1,47 @@
+"""`llama-eval-callback ... 2>&1 | attncheck ...`, the way users run it, for the end-to-end tests.
+
+llama.cpp's asynchronous logger loses the tail of its output at exit, at a point that changes from run to run (each
+run prints a prefix of the same output). When the cut lands inside attention that a check needs, attncheck rightly
+stops with exit 2 ("the dump ends inside ..."), so such a run is made again, at most ATTEMPTS times in all.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+BIN = os.environ.get("LLAMA_EVAL_CALLBACK")
+MODELS = Path(__file__).resolve().parents[2] / "fixtures" / "models"
+GPT2 = MODELS / "gpt2-mini-q8_0.gguf"
+LLAMA = MODELS / "llama-mini-gqa-f16.gguf"
+ATTEMPTS = 3
+
+
+def again_if_cut(run_once: Callable[[], subprocess.CompletedProcess]) -> subprocess.CompletedProcess:
+    """Run attncheck on a fresh llama.cpp run until its output was not cut inside attention (ATTEMPTS at most)."""
+    for _ in range(ATTEMPTS):
+        done = run_once()
+        assert "Traceback" not in done.stderr
+        if not (done.returncode == 2 and "the dump ends" in done.stderr):
+            break
+    return done
+
+
+def pipe(model: Path, prompt: str, *llama_args: str, check_args: tuple[str, ...] = (),
+         timeout: int = 600) -> tuple[int, dict, str]:
+    """Exit code, JSON report ({} when none) and stderr of attncheck reading llama.cpp's merged output."""
+
+    def once() -> subprocess.CompletedProcess:
+        llama = subprocess.Popen([BIN, "-m", str(model), "-p", prompt, "-t", "2", "--seed", "1", *llama_args],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        check = subprocess.run([sys.executable, "-m", "attncheck", "--json", "-", *check_args], stdin=llama.stdout,
+                               capture_output=True, text=True, timeout=timeout)
+        llama.stdout.close()
+        assert llama.wait(timeout=timeout) == 0
+        return check
+
+    check = again_if_cut(once)
+    return check.returncode, json.loads(check.stdout) if check.stdout.strip() else {}, check.stderr

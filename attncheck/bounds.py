@@ -1,6 +1,8 @@
 """How exact the dumped numbers are (FORMAT.md §3): the terms every per-element bound is built from."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 PRINT = 5e-5  # `%12.4f`: a printed value is within half a unit of the 4th decimal of the stored one
@@ -44,3 +46,13 @@ def pv_bound(P: np.ndarray, V: np.ndarray, visible: np.ndarray, v_type: str | No
 def sum_bound(n_added: int, magnitude: float, n_rows: int = 0, row_len: int = 0) -> float:
     """|printed sum − exact sum|: f32 accumulation of n_added non-zero terms, row normalisation, the `%f` print."""
     return n_added * F32 * magnitude + n_rows * (row_len + 4) * F32 + SUM_PRINT
+
+
+class Tolerance(NamedTuple):
+    """--atol/--rtol: |dumped − recomputed| ≤ atol + rtol·|recomputed|, in place of the derived per-element bounds."""
+
+    atol: float
+    rtol: float
+
+    def bound(self, want) -> np.ndarray:
+        return self.atol + self.rtol * np.abs(np.asarray(want, dtype=np.float64))

@@ -72,9 +72,14 @@ class CheckResult:
         return self.failed == 0
 
 
-def compare(check: str, node, got, want, bound, where, unchecked=0, why="", note="") -> CheckResult:
-    """Compare flat arrays element by element; `where(i)` names element i. NaN or inf never passes."""
+def compare(check: str, node, got, want, bound, where, unchecked=0, why="", note="",
+            tol: bounds.Tolerance | None = None) -> CheckResult:
+    """Compare flat arrays element by element; `where(i)` names element i. NaN or inf never passes.
+
+    tol (--atol/--rtol) replaces the derived bounds."""
     got, want, bound = (np.asarray(a, dtype=np.float64).ravel() for a in (got, want, bound))
+    if tol is not None:
+        bound = tol.bound(want)
     res = CheckResult(check, node.name, node.line, checked=len(got), unchecked=unchecked, why_unchecked=why, note=note)
     if not len(got):
         return res
@@ -138,7 +143,7 @@ def masked(view: SiteView) -> CheckResult:
     return compare("masked", view.site.softmax, got, np.zeros_like(got), np.zeros_like(got), _locator(view, idx, "slot"))
 
 
-def softmax_rows(view: SiteView, scale: float) -> CheckResult:
+def softmax_rows(view: SiteView, scale: float, tol: bounds.Tolerance | None = None) -> CheckResult:
     """P = softmax(kq · scale + mask) for every printed row whose visible slots were all printed."""
     site = view.site
     vis = view.visible
@@ -165,10 +170,10 @@ def softmax_rows(view: SiteView, scale: float) -> CheckResult:
     unchecked = int(np.broadcast_to(vis, view.P.shape)[:, ~whole].sum())
     del n_rows, n_whole
     return compare("softmax", site.softmax, got, want, bound, _locator(view, full_idx, "slot"),
-                   unchecked=unchecked, why=why if unchecked else "")
+                   unchecked=unchecked, why=why if unchecked else "", tol=tol)
 
 
-def softmax_ratio(view: SiteView, scale: float) -> CheckResult:
+def softmax_ratio(view: SiteView, scale: float, tol: bounds.Tolerance | None = None) -> CheckResult:
     """Rows with unprinted visible slots: p_j / p_k = exp(scale · (s_j − s_k)) between printed visible slots."""
     site = view.site
     part = ~view.rows_whole
@@ -191,10 +196,11 @@ def softmax_ratio(view: SiteView, scale: float) -> CheckResult:
     return compare("softmax_ratio", site.softmax, P[idx], pred[idx],
                    bounds.ratio_bound(pred[idx], np.broadcast_to(p_ref, P.shape)[idx], scale),
                    _locator(view, full_idx, "slot"), unchecked=n_vis_printed - len(idx[0]),
-                   why="each row's reference slot, and rows whose printed weights are all below print precision")
+                   why="each row's reference slot, and rows whose printed weights are all below print precision",
+                   tol=tol)
 
 
-def pv(view: SiteView) -> CheckResult:
+def pv(view: SiteView, tol: bounds.Tolerance | None = None) -> CheckResult:
     """O = P·V over the visible slots, for printed kqv elements of rows whose visible slots were all printed."""
     site = view.site
     if view.O is None:
@@ -222,10 +228,11 @@ def pv(view: SiteView) -> CheckResult:
     if (~kv_printed).any():
         why.append("heads whose KV head was not printed")
     return compare("pv", site.kqv, got, w, b, _locator(view, (idx_h, idx_t, idx_d), "dim"),
-                   unchecked=view.O.size - len(got), why=", ".join(why))
+                   unchecked=view.O.size - len(got), why=", ".join(why), tol=tol)
 
 
-def softmax_sum(view: SiteView, sums: tuple[float, ...], P_all: np.ndarray) -> CheckResult:
+def softmax_sum(view: SiteView, sums: tuple[float, ...], P_all: np.ndarray,
+                tol: bounds.Tolerance | None = None) -> CheckResult:
     """The SOFT_MAX `sum =` line: T·H (every row sums to 1) today; the sum of printed values before PR #15637."""
     site = view.site
     node = site.softmax
@@ -237,10 +244,11 @@ def softmax_sum(view: SiteView, sums: tuple[float, ...], P_all: np.ndarray) -> C
     printed = float(P_all.sum())
     printed_bound = P_all.size * bounds.PRINT + bounds.sum_bound(int(np.count_nonzero(P_all)), printed)
     where = lambda i: Location(-1, -1)  # noqa: E731  (a whole-tensor value has no element)
-    res = compare("sum", node, [got], [full], [full_bound], where, note="full tensor: T·H rows that each sum to 1")
-    if not res.passed and abs(got - printed) <= printed_bound:
+    res = compare("sum", node, [got], [full], [full_bound], where, note="full tensor: T·H rows that each sum to 1",
+                  tol=tol)
+    if not res.passed and abs(got - printed) <= (printed_bound if tol is None else tol.bound(printed)):
         res = compare("sum", node, [got], [printed], [printed_bound], where,
-                      note="printed values only (llama.cpp before PR #15637 summed what it printed)")
+                      note="printed values only (llama.cpp before PR #15637 summed what it printed)", tol=tol)
     res.worst = None
     res.failures = [f._replace(at=None) for f in res.failures]
     return res

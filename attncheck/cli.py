@@ -56,19 +56,23 @@ def _write_json(doc: dict, target: str | None) -> None:
 @click.option("--head", "heads", type=int, multiple=True, help="Check only this head (repeatable).")
 @click.option("--json", "json_out", metavar="FILE|-", help="Write the JSON report (schema 1); '-' for stdout.")
 @click.option("--junit", metavar="FILE", help="Write JUnit XML: one testcase per evaluation × layer.")
+@click.option("--atol", type=float, help="Absolute tolerance in place of the derived per-element bounds.")
+@click.option("--rtol", type=float, help="Relative tolerance in place of the derived per-element bounds.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failing site.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict line (and failures).")
 @click.option("-v", "--verbose", is_flag=True, help="Every check of every site.")
 @click.option("--model", metavar="GGUF", help="Also check every printed attention number against this model's "
                                               "reference forward pass (gpt2, llama).")
 @click.option("--tokens", metavar="IDS", help="The prompt's token ids, e.g. 1,2,3, for logs that do not print them.")
-def check(dumps, kq_scale, layers, heads, json_out, junit, fail_fast, quiet, verbose, model, tokens):
+def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast, quiet, verbose, model, tokens):
     """Check every attention head in one or more dumps (default: stdin)."""
+    from .bounds import Tolerance
     from .progress import evaluation_progress, wanted as progress_wanted
     from .verify import Options, verify
 
     opts = Options(kq_scale=kq_scale, layers=frozenset(layers) or None, heads=frozenset(heads) or None,
-                   fail_fast=fail_fast, model=model, tokens=_tokens(tokens))
+                   fail_fast=fail_fast, model=model, tokens=_tokens(tokens),
+                   tolerance=None if atol is None and rtol is None else Tolerance(atol or 0.0, rtol or 0.0))
     console = _console(stderr=json_out == "-")
     reports: list[Report] = []
     codes: list[int] = []

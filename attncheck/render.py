@@ -117,6 +117,9 @@ def coverage_lines(report: Report) -> list[str]:
     lines = [f"kq_scale: {'given ' + format(report.kq_scale, 'g') if report.kq_scale is not None else '1/sqrt(D_h) = ' + format(s0.kq_scale, '.6g')}"
              + (f"; inferred from the data: {report.inferred_kq_scale:.6g} ({report.inferred_rows} rows)"
                 if report.inferred_kq_scale is not None else "")]
+    if report.tolerance is not None:
+        lines.append(f"bounds: --atol {report.tolerance.atol:g} --rtol {report.tolerance.rtol:g} in place of the "
+                     "bounds derived from print precision and storage types (softmax, ratios, P·V, sums)")
     if report.model is not None:
         m = report.model
         first = m.get("first_beyond_print")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .bounds import Tolerance
 from .checks import CheckResult
 
 SCHEMA = 1
@@ -44,6 +45,7 @@ class SiteReport:
 class Report:
     source: str
     kq_scale: float | None = None  # given with --kq-scale; None: 1/sqrt(D_h)
+    tolerance: Tolerance | None = None  # --atol/--rtol; None: the bounds derived per element (bounds.py)
     sites: list[SiteReport] = field(default_factory=list)
     evaluations: int = 0
     runs: int = 0
@@ -130,6 +132,9 @@ class Report:
             "exit_code": self.exit_code,
             "kq_scale": {"value": self.kq_scale, "origin": "--kq-scale" if self.kq_scale is not None else "1/sqrt(D_h)"},
             "inferred_kq_scale": {"value": self.inferred_kq_scale, "rows": self.inferred_rows},
+            "tolerance": ({"origin": "derived per element from print precision and storage types"}
+                          if self.tolerance is None else
+                          {"origin": "--atol/--rtol", "atol": self.tolerance.atol, "rtol": self.tolerance.rtol}),
             "hint": self.hint or None,
             "reason": self.unverified_reason() if self.exit_code == EXIT_UNVERIFIED else None,
             "runs": self.runs,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
 from . import checks
+from .bounds import Tolerance
 from .errors import DumpError, printable
 from .graph import Dump, Evaluation, Site, read_dump
 from .heads import SiteView, select_heads, site_view
@@ -30,6 +31,7 @@ class Options:
     fail_fast: bool = False
     model: str | None = None
     tokens: tuple[int, ...] | None = None
+    tolerance: Tolerance | None = None  # --atol/--rtol in place of the derived bounds of the dump-only checks
 
 
 def default_scale(site: Site) -> float:
@@ -47,7 +49,7 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
                                  for k, v in kw.items()})
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
-    report = Report(source=dump.source, kq_scale=opts.kq_scale)
+    report = Report(source=dump.source, kq_scale=opts.kq_scale, tolerance=opts.tolerance)
     num = den = 0.0
     rows = 0
     failed_views: list[tuple[SiteReport, SiteView]] = []
@@ -89,7 +91,7 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     report.tokens = [r.tokens for r in dump.runs]
     if den > 0:
         report.inferred_kq_scale, report.inferred_rows = num / den, rows
-    _hint(report, failed_views)
+    _hint(report, failed_views, opts.tolerance)
     report.warnings = [f"{dump.source}:{n.line}: {n.message}" for n in dump.notes]
     if dump.cut is not None and not report.stopped_early:
         report.warnings.append(
@@ -116,15 +118,16 @@ def _check_site(dump: Dump, ev: Evaluation, site: Site, opts: Options) -> tuple[
     if opts.heads is not None:
         view = select_heads(view, set(opts.heads))
     scale = opts.kq_scale if opts.kq_scale is not None else default_scale(site)
+    tol = opts.tolerance
     results = [
         *checks.finite(view),
         checks.masked(view),
-        checks.softmax_rows(view, scale),
-        checks.softmax_ratio(view, scale),
-        checks.pv(view),
+        checks.softmax_rows(view, scale, tol),
+        checks.softmax_ratio(view, scale, tol),
+        checks.pv(view, tol),
     ]
     if opts.heads is None:
-        results.append(checks.softmax_sum(view, P.sums, P.values))
+        results.append(checks.softmax_sum(view, P.sums, P.values, tol))
     sr = SiteReport(
         evaluation=ev.index, run=ev.run, n_past=ev.n_past, T=site.T, layer=site.layer,
         H=site.H, H_kv=site.H_kv, D_h=site.D_h, n_kv=site.n_kv, kq_scale=scale,
@@ -138,7 +141,7 @@ def _check_site(dump: Dump, ev: Evaluation, site: Site, opts: Options) -> tuple[
     return sr, view
 
 
-def _hint(report: Report, failed: list[tuple[SiteReport, SiteView]]) -> None:
+def _hint(report: Report, failed: list[tuple[SiteReport, SiteView]], tol: Tolerance | None) -> None:
     """When the softmax checks fail and the scale inferred from the data would pass them, say so.
 
     The estimate carries print noise, so 1/sqrt(D_h) is tried first when it lies within 1% of it.
@@ -151,7 +154,7 @@ def _hint(report: Report, failed: list[tuple[SiteReport, SiteView]]) -> None:
     if abs(s / canonical - 1) < 0.01:
         candidates.insert(0, canonical)
     for c in candidates:
-        if all(checks.softmax_rows(v, c).passed and checks.softmax_ratio(v, c).passed for _, v in failed):
+        if all(checks.softmax_rows(v, c, tol).passed and checks.softmax_ratio(v, c, tol).passed for _, v in failed):
             name = " = 1/sqrt(D_h)" if c == canonical else ""
             report.hint = (f"the data suggest kq_scale = {c:.6g}{name} (inferred {s:.6g} from "
                            f"{report.inferred_rows} rows); pass --kq-scale {c:.6g} if the model uses it")

@@ -77,3 +77,15 @@ def test_stdin_pipe():
     r = run(stdin=(FIXTURES / "gpt2-how-are.txt").read_bytes())
     assert r.code == 0
     assert "PASS <stdin>" in r.out
+
+
+def test_atol_rtol_replace_the_derived_bounds():
+    """--atol/--rtol override the derived bounds of the value checks, and the report says which bounds were used."""
+    derived = run("check", FIXTURES / "gpt2-how-are.txt", "--json", "-").json()
+    assert derived["tolerance"]["origin"].startswith("derived")
+    loose = run("check", FIXTURES / "gpt2-how-are.txt", "--atol", "1e-3", "--json", "-")
+    assert loose.code == 0 and loose.json()["tolerance"] == {"origin": "--atol/--rtol", "atol": 1e-3, "rtol": 0.0}
+    assert {c["bound"] for s in loose.json()["sites"] for c in s["checks"] if c["check"] == "pv"} == {1e-3}
+    # a tolerance below print precision (5e-5) cannot hold for 4-decimal prints: the same real dump fails
+    tight = run("check", FIXTURES / "gpt2-how-are.txt", "--atol", "1e-5", "--rtol", "0")
+    assert tight.code == 1 and "bound 1.0e-05" in tight.out

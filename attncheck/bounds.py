@@ -48,8 +48,9 @@ def sum_bound(n_added: int, magnitude: float, n_rows: int = 0, row_len: int = 0)
     return n_added * F32 * magnitude + n_rows * (row_len + 4) * F32 + SUM_PRINT
 
 
-class Tolerance(NamedTuple):
-    """--atol/--rtol: |dumped − recomputed| ≤ atol + rtol·|recomputed|, in place of the derived per-element bounds."""
+class FixedTolerance(NamedTuple):
+    """check --atol/--rtol: |dumped − recomputed| ≤ atol + rtol·|recomputed|, in place of the derived per-element
+    bounds (diff.Tolerance is diff's own: two dumps against each other, or per-op NMSE)."""
 
     atol: float
     rtol: float

@@ -73,7 +73,7 @@ class CheckResult:
 
 
 def compare(check: str, node, got, want, bound, where, unchecked=0, why="", note="",
-            tol: bounds.Tolerance | None = None) -> CheckResult:
+            tol: bounds.FixedTolerance | None = None) -> CheckResult:
     """Compare flat arrays element by element; `where(i)` names element i. NaN or inf never passes.
 
     tol (--atol/--rtol) replaces the derived bounds."""
@@ -143,7 +143,7 @@ def masked(view: SiteView) -> CheckResult:
     return compare("masked", view.site.softmax, got, np.zeros_like(got), np.zeros_like(got), _locator(view, idx, "slot"))
 
 
-def softmax_rows(view: SiteView, scale: float, tol: bounds.Tolerance | None = None) -> CheckResult:
+def softmax_rows(view: SiteView, scale: float, tol: bounds.FixedTolerance | None = None) -> CheckResult:
     """P = softmax(kq · scale + mask) for every printed row whose visible slots were all printed."""
     site = view.site
     vis = view.visible
@@ -173,7 +173,7 @@ def softmax_rows(view: SiteView, scale: float, tol: bounds.Tolerance | None = No
                    unchecked=unchecked, why=why if unchecked else "", tol=tol)
 
 
-def softmax_ratio(view: SiteView, scale: float, tol: bounds.Tolerance | None = None) -> CheckResult:
+def softmax_ratio(view: SiteView, scale: float, tol: bounds.FixedTolerance | None = None) -> CheckResult:
     """Rows with unprinted visible slots: p_j / p_k = exp(scale · (s_j − s_k)) between printed visible slots."""
     site = view.site
     part = ~view.rows_whole
@@ -200,7 +200,7 @@ def softmax_ratio(view: SiteView, scale: float, tol: bounds.Tolerance | None = N
                    tol=tol)
 
 
-def pv(view: SiteView, tol: bounds.Tolerance | None = None) -> CheckResult:
+def pv(view: SiteView, tol: bounds.FixedTolerance | None = None) -> CheckResult:
     """O = P·V over the visible slots, for printed kqv elements of rows whose visible slots were all printed."""
     site = view.site
     if view.O is None:
@@ -232,7 +232,7 @@ def pv(view: SiteView, tol: bounds.Tolerance | None = None) -> CheckResult:
 
 
 def softmax_sum(view: SiteView, sums: tuple[float, ...], P_all: np.ndarray,
-                tol: bounds.Tolerance | None = None) -> CheckResult:
+                tol: bounds.FixedTolerance | None = None) -> CheckResult:
     """The SOFT_MAX `sum =` line: T·H (every row sums to 1) today; the sum of printed values before PR #15637."""
     site = view.site
     node = site.softmax

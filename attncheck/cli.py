@@ -66,13 +66,13 @@ def _write_json(doc: dict, target: str | None) -> None:
 @click.option("--tokens", metavar="IDS", help="The prompt's token ids, e.g. 1,2,3, for logs that do not print them.")
 def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast, quiet, verbose, model, tokens):
     """Check every attention head in one or more dumps (default: stdin)."""
-    from .bounds import Tolerance
+    from .bounds import FixedTolerance
     from .progress import evaluation_progress, wanted as progress_wanted
     from .verify import Options, verify
 
     opts = Options(kq_scale=kq_scale, layers=frozenset(layers) or None, heads=frozenset(heads) or None,
                    fail_fast=fail_fast, model=model, tokens=_tokens(tokens),
-                   tolerance=None if atol is None and rtol is None else Tolerance(atol or 0.0, rtol or 0.0))
+                   tolerance=None if atol is None and rtol is None else FixedTolerance(atol or 0.0, rtol or 0.0))
     console = _console(stderr=json_out == "-")
     reports: list[Report] = []
     codes: list[int] = []

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .bounds import Tolerance
+from .bounds import FixedTolerance
 from .checks import CheckResult
 
 SCHEMA = 1
@@ -45,7 +45,7 @@ class SiteReport:
 class Report:
     source: str
     kq_scale: float | None = None  # given with --kq-scale; None: 1/sqrt(D_h)
-    tolerance: Tolerance | None = None  # --atol/--rtol; None: the bounds derived per element (bounds.py)
+    tolerance: FixedTolerance | None = None  # --atol/--rtol; None: the bounds derived per element (bounds.py)
     sites: list[SiteReport] = field(default_factory=list)
     evaluations: int = 0
     runs: int = 0

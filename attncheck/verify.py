@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
 from . import checks
-from .bounds import Tolerance
+from .bounds import FixedTolerance
 from .errors import DumpError, printable
 from .graph import Dump, Evaluation, Site, read_dump
 from .heads import SiteView, select_heads, site_view
@@ -31,7 +31,7 @@ class Options:
     fail_fast: bool = False
     model: str | None = None
     tokens: tuple[int, ...] | None = None
-    tolerance: Tolerance | None = None  # --atol/--rtol in place of the derived bounds of the dump-only checks
+    tolerance: FixedTolerance | None = None  # --atol/--rtol in place of the derived bounds of the dump-only checks
 
 
 def default_scale(site: Site) -> float:
@@ -141,7 +141,7 @@ def _check_site(dump: Dump, ev: Evaluation, site: Site, opts: Options) -> tuple[
     return sr, view
 
 
-def _hint(report: Report, failed: list[tuple[SiteReport, SiteView]], tol: Tolerance | None) -> None:
+def _hint(report: Report, failed: list[tuple[SiteReport, SiteView]], tol: FixedTolerance | None) -> None:
     """When the softmax checks fail and the scale inferred from the data would pass them, say so.
 
     The estimate carries print noise, so 1/sqrt(D_h) is tried first when it lies within 1% of it.

@@ -76,6 +76,10 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast
     console = _console(stderr=json_out == "-")
     reports: list[Report] = []
     codes: list[int] = []
+    if not dumps and sys.stdin.isatty():  # reading a terminal would wait for input that never comes
+        _fail("no dump given and stdin is a terminal: pipe llama-eval-callback's output in (2>&1 | attncheck) "
+              "or name a dump file")
+        sys.exit(EXIT_INPUT)
     for path in dumps or ("-",):
         try:
             with evaluation_progress(path, progress_wanted(quiet or json_out == "-")) as progress:

@@ -13,31 +13,42 @@ def wanted(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty() and not os.environ.get("CI")
 
 
+class EvaluationProgress:
+    """verify(progress=...) callback: bytes read and evaluations checked, on stderr once past SHOW_AFTER bytes."""
+
+    def __init__(self, total: int | None):
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.fields[evals]} evaluations"), transient=True,
+                            console=Console(stderr=True))
+        self.total = total
+        self.task = None  # the bar's task, once shown
+        self.evaluations = 0
+
+    def __call__(self, dump, _evaluation) -> None:
+        self.evaluations += 1
+        if self.task is None:
+            if dump.bytes_read < SHOW_AFTER:
+                return
+            self.bar.start()
+            self.task = self.bar.add_task(f"checking {dump.source}", total=self.total, evals=0)
+        self.bar.update(self.task, completed=dump.bytes_read, evals=self.evaluations)
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.bar.stop()
+
+
 @contextmanager
-def evaluation_progress(path: str, enabled: bool) -> Iterator:
-    """Yield a verify(progress=...) callback that shows bytes read and evaluations checked once past SHOW_AFTER."""
+def evaluation_progress(path: str, enabled: bool) -> Iterator[EvaluationProgress | None]:
+    """The callback for one dump (None when not wanted); the bar goes away when the check ends."""
     if not enabled:
         yield None
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
-
-    total = os.path.getsize(path) if path != "-" and os.path.isfile(path) else None
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.fields[evals]} evaluations"), transient=True, console=Console(stderr=True))
-    state = {"task": None, "evals": 0}
-
-    def update(dump, _evaluation) -> None:
-        state["evals"] += 1
-        if state["task"] is None:
-            if dump.bytes_read < SHOW_AFTER:
-                return
-            bar.start()
-            state["task"] = bar.add_task(f"checking {dump.source}", total=total, evals=0)
-        bar.update(state["task"], completed=dump.bytes_read, evals=state["evals"])
-
+    shown = EvaluationProgress(os.path.getsize(path) if path != "-" and os.path.isfile(path) else None)
     try:
-        yield update
+        yield shown
     finally:
-        if state["task"] is not None:
-            bar.stop()
+        shown.stop()

@@ -217,7 +217,8 @@ class Dump:
         """The attention nodes a check needs must all be there: a dump cut or damaged among them is an error.
 
         What no check needs stays a warning; but a cut inside an attention MUL_MAT (two activations, not a weight),
-        a SOFT_MAX no MUL_MAT(v, P) reads, or a MUL_MAT reading a node whose header was lost, is named here.
+        a SOFT_MAX no MUL_MAT(v, P) reads, or a SOFT_MAX or kq/kqv MUL_MAT reading a node whose header was lost, is
+        named here.
         """
         src = self.source
         end = self.cut is not None and self.cut in ev.nodes
@@ -238,6 +239,9 @@ class Dump:
                 if lost is not None and lost < node.line:
                     raise DumpError(src, lost, f"'{node.name}' (line {node.line}) reads '{reads.name}', whose "
                                                "header was lost or damaged here (interleaved output?)")
+                if i == 0 and (node.op == "SOFT_MAX" or other.op == "SOFT_MAX"):  # the scores; MUL_MAT(v, P)'s V view
+                    raise DumpError(src, node.line, f"'{node.name}' reads '{reads.name}', which is not printed before "
+                                                    "it in this evaluation (its header line lost or damaged?)")
         if end and self.cut.op == "MUL_MAT" and all(i is not None for i in self.cut.inputs):
             raise DumpError(src, last_line, f"the dump ends inside node '{self.cut.name}', an attention MUL_MAT "
                                             f"(header at line {self.cut.line}); {CUT_ADVICE}")

@@ -106,10 +106,6 @@ def _check_site(dump: Dump, ev: Evaluation, site: Site, opts: Options) -> tuple[
     src = dump.source
     if ev.n_past is None:
         raise DumpError(src, site.softmax.line, "cannot place this evaluation: an earlier one had no attention to count T")
-    for reader, read in ((site.softmax, site.scores), (site.kqv, site.v)):  # the scores and the V view it names
-        if reader is not None and read is None and reader.srcs[0] is not None:
-            raise DumpError(src, reader.line, f"'{reader.name}' reads '{reader.srcs[0].name}', which is not printed "
-                                              "before it in this evaluation (its header line lost or damaged?)")
     P = parse_sample(site.softmax, src)
     S = parse_sample(site.scores, src) if site.scores is not None and not site.scores.quantized else None
     O = parse_sample(site.kqv, src) if site.kqv is not None else None

@@ -245,6 +245,15 @@ def _variant(data: bytes, crlf: bool, bom: bool) -> bytes:
     return b"\xef\xbb\xbf" + data if bom else data
 
 
+def _moved(data, t, line: int, item: int, smallest: float):
+    """Check the dump with one printed value (item `item` of line `line`) moved by at least `smallest`, either way,
+    with or without CRLF line ends and a BOM."""
+    delta = data.draw(st.floats(smallest, 50.0), label="|delta|") * data.draw(st.sampled_from([1, -1]))
+    lines = list(t.lines)
+    lines[line] = set_value(lines[line], item, b"%.4f" % (get_value(lines[line], item) + delta))
+    return check(_variant(b"".join(lines), data.draw(st.booleans(), "crlf"), data.draw(st.booleans(), "bom")))
+
+
 @props(150)
 @given(st.data())
 def test_weight_changed_beyond_its_bound_fails(data):
@@ -252,11 +261,7 @@ def test_weight_changed_beyond_its_bound_fails(data):
     t = text(data.draw(st.sampled_from(CHECKED), label="dump"))
     site, h, q = data.draw(st.sampled_from(t.whole_rows()), label="row")
     slot = data.draw(st.integers(0, len(printed(site.softmax.ne[0])) - 1), label="printed slot")
-    delta = data.draw(st.floats(0.01, 50.0), label="|delta|") * data.draw(st.sampled_from([1, -1]))
-    i = site.softmax.row(t.lines, h, q)
-    lines = list(t.lines)
-    lines[i] = set_value(lines[i], slot, b"%.4f" % (get_value(lines[i], slot) + delta))
-    out = check(_variant(b"".join(lines), data.draw(st.booleans(), "crlf"), data.draw(st.booleans(), "bom")))
+    out = _moved(data, t, site.softmax.row(t.lines, h, q), slot, smallest=0.01)
     assert out.code == 1, out
     bad = [r for s in out.report.failed_sites for r in s.results if not r.passed]
     assert any(r.line == site.softmax.start + 1 and r.check in ("softmax", "masked", "sum") for r in bad), bad
@@ -269,11 +274,7 @@ def test_kqv_changed_beyond_its_bound_fails(data):
     t = text(data.draw(st.sampled_from(CHECKED), label="dump"))
     site, h, q = data.draw(st.sampled_from(t.whole_rows()), label="row")
     k = data.draw(st.integers(0, len(printed(site.kqv.ne[0])) - 1), label="printed dim")
-    delta = data.draw(st.floats(0.05, 50.0), label="|delta|") * data.draw(st.sampled_from([1, -1]))
-    i = site.kqv.row(t.lines, h, q)
-    lines = list(t.lines)
-    lines[i] = set_value(lines[i], k, b"%.4f" % (get_value(lines[i], k) + delta))
-    out = check(_variant(b"".join(lines), data.draw(st.booleans(), "crlf"), data.draw(st.booleans(), "bom")))
+    out = _moved(data, t, site.kqv.row(t.lines, h, q), k, smallest=0.05)
     assert out.code == 1, out
     pv = [r for s in out.report.sites for r in s.results if r.check == "pv" and r.line == site.kqv.start + 1]
     want = (h, q, printed(site.kqv.ne[0])[k])

@@ -7,8 +7,8 @@
 __version__ = "0.1.0"
 
 from .errors import DumpError
-from .graph import Dump, read_dump
-from .report import Report
+from .dump.graph import Dump, read_dump
+from .check.report import Report
 from .verify import Options, verify
 
 __all__ = ["DumpError", "Dump", "Options", "Report", "read_dump", "verify", "__version__"]

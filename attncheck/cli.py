@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 
 from .errors import DumpError, ModelError, printable
-from .report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED, SCHEMA, Report
+from .check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED, SCHEMA, Report
 
 
 class DefaultGroup(click.Group):
@@ -66,7 +66,7 @@ def _write_json(doc: dict, target: str | None) -> None:
 @click.option("--tokens", metavar="IDS", help="The prompt's token ids, e.g. 1,2,3, for logs that do not print them.")
 def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast, quiet, verbose, model, tokens):
     """Check every attention head in one or more dumps (default: stdin)."""
-    from .bounds import FixedTolerance
+    from .check.bounds import FixedTolerance
     from .progress import evaluation_progress, wanted as progress_wanted
     from .verify import Options, verify
 
@@ -94,7 +94,7 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast
             continue
         for w in report.warnings:
             click.echo(f"attncheck: warning: {w}", err=True)
-        from .render import render
+        from .check.render import render
 
         render(report, console, quiet=quiet, verbose=verbose)
         reports.append(report)
@@ -105,7 +105,7 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast
         docs = [r.to_dict() for r in reports]
         _write_json(docs[0] if len(docs) == 1 and len(codes) == 1 else {"schema": SCHEMA, "dumps": docs}, json_out)
     if junit:
-        from .junit import check_xml, write
+        from .check.junit import check_xml, write
 
         write(check_xml(reports, list(zip(dumps or ("-",), codes))), junit)
     sys.exit(_combine(codes))
@@ -113,7 +113,7 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast
 
 def _tokens(text: str | None) -> tuple[int, ...] | None:
     """--tokens 1,2,3; a malformed list is a usage error: one line, exit 2."""
-    from .model_checks import parse_tokens
+    from .model.checker import parse_tokens
 
     try:
         return parse_tokens(text)
@@ -137,7 +137,7 @@ def list_(dump):
     from rich.markup import escape
     from rich.table import Table
 
-    from .graph import read_dump
+    from .dump.graph import read_dump
 
     console = _console()
     try:
@@ -189,8 +189,8 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, extra
     is given or the architecture is not one attncheck computes (a warning says so).
     """
     from . import run as runner
-    from .model import load_model
-    from .render import render
+    from .model.weights import load_model
+    from .check.render import render
     from .verify import Options, verify
 
     reference = None if dump_only else model
@@ -241,15 +241,15 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, to
     """Walk one head by hand: Q/K/V rows, scores, scale, mask, weights, weighted sum, beside the dump."""
     import os
 
-    from .render_walk import render_walk, walk_dict
-    from .walk import NothingToInspect, walk
+    from .inspect.render import render_walk, walk_dict
+    from .inspect.walk import NothingToInspect, walk
 
     mw = None
     try:
         if model is None:
             w = walk(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale)
         else:
-            from .walk_model import walk_with_model
+            from .inspect.model_walk import walk_with_model
 
             w, mw = walk_with_model(dump, layer, head, model, query=query, evaluation=evaluation,
                                     kq_scale=kq_scale, tokens=_tokens(tokens))
@@ -268,13 +268,13 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, to
             console = Console(highlight=False, width=console.width, color_system=None)
         render_walk(w, console)
         if mw is not None:
-            from .render_walk_model import render_model_walk
+            from .inspect.render_model import render_model_walk
 
             render_model_walk(w, mw, console)
     if json_out:
         doc = walk_dict(w)
         if mw is not None:
-            from .render_walk_model import model_walk_dict
+            from .inspect.render_model import model_walk_dict
 
             doc["model"] = model_walk_dict(mw)
         _write_json(doc, json_out)
@@ -294,9 +294,9 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, to
 @click.option("-v", "--verbose", is_flag=True, help="Every matched node, compared or not, and every unmatched one.")
 def diff_(old, new, prefix, json_out, junit, atol, rtol, nmse, quiet, verbose):
     """Compare two dumps of one model and prompt node by node (two llama.cpp builds): where they first diverge."""
-    from .diff import ATOL, RTOL, DiffReport, Tolerance, diff
-    from .junit import diff_xml, write
-    from .render_diff import diff_dict, render_diff
+    from .diff.compare import ATOL, RTOL, DiffReport, Tolerance, diff
+    from .check.junit import diff_xml, write
+    from .diff.render import diff_dict, render_diff
 
     if nmse and (atol is not None or rtol is not None):
         raise click.UsageError("--nmse replaces --atol/--rtol: give one or the other")

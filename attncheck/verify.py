@@ -8,13 +8,13 @@ import math
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
-from . import checks
-from .bounds import FixedTolerance
+from .check import checks
+from .check.bounds import FixedTolerance
 from .errors import DumpError, printable
-from .graph import Dump, Evaluation, Site, read_dump
-from .heads import SiteView, select_heads, site_view
-from .report import Report, SiteReport
-from .sample import parse_sample
+from .dump.graph import Dump, Evaluation, Site, read_dump
+from .check.heads import SiteView, select_heads, site_view
+from .check.report import Report, SiteReport
+from .dump.sample import parse_sample
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     failed_views: list[tuple[SiteReport, SiteView]] = []
     checker = None
     if opts.model is not None:
-        from .model_checks import ModelChecker
+        from .model.checker import ModelChecker
 
         checker = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens,
                                layers=opts.layers, heads=opts.heads)

@@ -7,9 +7,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from attncheck.diff import diff
-from attncheck.roles import assign
-from attncheck.graph import read_dump
+from attncheck.diff.compare import diff
+from attncheck.dump.roles import assign
+from attncheck.dump.graph import read_dump
 from conftest import FIXTURES, attncheck as run
 
 F16, F32 = FIXTURES / "gpt2-how-are-you.txt", FIXTURES / "gpt2-kv-f32.txt"
@@ -206,10 +206,10 @@ def test_slots_are_matched_by_logical_index():
     """A 32-slot view and a 256-slot view share printed slots 0..2; slot 29 is not slot 253."""
     import numpy as np
 
-    from attncheck.align import Geometry, align
-    from attncheck.records import Node
-    from attncheck.roles import Role
-    from attncheck.sample import Sample, printed_indices
+    from attncheck.diff.align import Geometry, align
+    from attncheck.dump.records import Node
+    from attncheck.dump.roles import Role
+    from attncheck.dump.sample import Sample, printed_indices
 
     def kq(n_kv: int) -> Sample:
         node = Node("kq-0", "f32", "MUL_MAT", (None, None), (n_kv, 3, 8, 1), 1, b"", 2)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import attncheck
-from attncheck.model_checks import NMSE_MAX
+from attncheck.model.checker import NMSE_MAX
 from conftest import FIXTURES, attncheck as run, bert_gguf
 from dumpedit import DumpEdit, printed
 

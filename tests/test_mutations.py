@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pytest
 
-from attncheck import bounds
+from attncheck.check import bounds
 from conftest import FIXTURES, attncheck as run
 from dumpedit import DumpEdit, printed
 
@@ -339,7 +339,7 @@ def test_masked_score_change_is_not_a_failure(dump, ev, layer, head, query, slot
 
 def _pv_elements(edit: DumpEdit, dump: str, ev: int, layer: int):
     """Every checked kqv element of a site with its recomputation and its bound, from printed P and V alone:
-    (head, query, dim, printed O, Σ_j P_j V_j over the visible slots, bound from attncheck.bounds.pv_bound)."""
+    (head, query, dim, printed O, Σ_j P_j V_j over the visible slots, bound from attncheck.check.bounds.pv_bound)."""
     nm = names(dump, layer)
     P = edit.node(nm["softmax"], ev)
     O = edit.node(nm["kqv"], ev)

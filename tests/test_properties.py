@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 import attncheck
-from attncheck.render import render
+from attncheck.check.render import render
 from conftest import DUMPS, FIXTURES
 from conftest import attncheck as cli
 

@@ -68,9 +68,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-import attncheck.reference as reference
-from attncheck.model import Hparams, Model, ModelError, load_model
-from attncheck.reference import Reference, forward
+import attncheck.model.reference as reference
+from attncheck.model.weights import Hparams, Model, ModelError, load_model
+from attncheck.model.reference import Reference, forward
 from conftest import bert_gguf
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import bounds
+from ..check import bounds
 from .heads import SiteView
 
 MAX_FAILURES = 20  # failing elements kept per check for the report

@@ -12,9 +12,9 @@ from functools import cached_property
 
 import numpy as np
 
-from .errors import DumpError
-from .graph import Site
-from .sample import Sample
+from ..errors import DumpError
+from ..dump.graph import Site
+from ..dump.sample import Sample
 
 
 def kv_head(h: np.ndarray | int, H: int, H_kv: int) -> np.ndarray | int:

@@ -12,8 +12,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from .checks import describe
-from .diff import DiffReport
-from .render_diff import divergence_line
+from ..diff.compare import DiffReport
+from ..diff.render import divergence_line
 from .report import EXIT_INPUT, EXIT_UNVERIFIED, Report, SiteReport
 
 

@@ -121,7 +121,7 @@ class Report:
         return "attention sites were found, but none of their printed elements could be checked"
 
     def to_dict(self) -> dict:
-        from . import __version__
+        from .. import __version__
 
         return {
             "schema": SCHEMA,

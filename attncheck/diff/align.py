@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .records import Node
-from .roles import STORES, Role, Roles
-from .sample import Sample
+from ..dump.records import Node
+from ..dump.roles import STORES, Role, Roles
+from ..dump.sample import Sample
 
 # axis names, GGML order (i0, i1, i2, i3), of the roles whose layout llama.cpp fixes
 _AXES = {

@@ -16,14 +16,14 @@ from typing import BinaryIO
 
 import numpy as np
 
-from . import bounds
+from ..check import bounds
 from .align import Aligned, align, causal, geometry
-from .errors import DumpError
-from .graph import Dump, Evaluation, read_dump
-from .records import Node
-from .report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
-from .roles import LAYOUT, Role, assign
-from .sample import Sample, parse_sample
+from ..errors import DumpError
+from ..dump.graph import Dump, Evaluation, read_dump
+from ..dump.records import Node
+from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
+from ..dump.roles import LAYOUT, Role, assign
+from ..dump.sample import Sample, parse_sample
 
 ATOL = 1e-4
 RTOL = 2.0**-16

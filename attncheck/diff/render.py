@@ -5,8 +5,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .diff import NMSE_MAX, NMSE_OTHER, DiffReport, NodeDiff
-from .report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, SCHEMA
+from .compare import NMSE_MAX, NMSE_OTHER, DiffReport, NodeDiff
+from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, SCHEMA
 
 LIST_LIMIT = 20  # one-dump-only nodes and divergences listed without --verbose
 
@@ -161,7 +161,7 @@ def _node(nd: NodeDiff) -> dict:
 
 def diff_dict(rep: DiffReport) -> dict:
     """The JSON document: schema 1, kind diff, one record per matched node and per node in one dump only."""
-    from . import __version__
+    from .. import __version__
 
     t = rep.tolerance
     first, comp = rep.first_divergent, rep.first_computed

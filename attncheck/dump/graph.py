@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterable, Iterator
 
-from .errors import DumpError
+from ..errors import DumpError
 from .records import Node, Note, RunStart, scan
 from .sample import CUT_ADVICE, fits
 

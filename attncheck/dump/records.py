@@ -11,7 +11,7 @@ from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator, NamedTuple
 
-from .errors import DumpError
+from ..errors import DumpError
 
 PREFIXES = (b"common_debug_cb_eval", b"ggml_debug")
 CHUNK = 8 << 20

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .errors import DumpError
+from ..errors import DumpError
 from .records import Node
 
 EDGE = 3  # llama.cpp prints the first and last EDGE indices of a long dimension

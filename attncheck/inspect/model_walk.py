@@ -12,11 +12,11 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .checks import CheckResult
-from .graph import Dump, read_dump
-from .heads import kv_head
-from .model_checks import ModelChecker
-from .sample import Sample, parse_sample
+from ..check.checks import CheckResult
+from ..dump.graph import Dump, read_dump
+from ..check.heads import kv_head
+from ..model.checker import ModelChecker
+from ..dump.sample import Sample, parse_sample
 from .walk import HeadWalk, select, walk_site
 
 

@@ -13,7 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__
+from .. import __version__
 from .walk import HeadWalk, Rows, span
 
 SCHEMA = 1

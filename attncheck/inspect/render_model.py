@@ -7,9 +7,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from .checks import describe
+from ..check.checks import describe
 from .walk import HeadWalk
-from .walk_model import FullRow, ModelWalk
+from .model_walk import FullRow, ModelWalk
 
 
 def _cell(x: float) -> str:

@@ -12,14 +12,14 @@ from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
-from . import bounds
-from .errors import DumpError
-from .graph import Dump, Evaluation, Site, read_dump
-from .heads import kv_head
-from .records import Node
-from .report import Report
-from .sample import Sample, parse_sample
-from .verify import default_scale
+from ..check import bounds
+from ..errors import DumpError
+from ..dump.graph import Dump, Evaluation, Site, read_dump
+from ..check.heads import kv_head
+from ..dump.records import Node
+from ..check.report import Report
+from ..dump.sample import Sample, parse_sample
+from ..verify import default_scale
 
 _CHAIN_OPS = ("PERMUTE", "VIEW", "RESHAPE", "CONT", "CPY")  # ops that only re-lay out q, k or v
 

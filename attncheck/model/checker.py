@@ -48,16 +48,16 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import bounds
-from .checks import CheckResult, Failure, Location, compare
-from .errors import DumpError
-from .graph import Evaluation
-from .model import Model, ModelError, load_model
-from .model_expect import Expected
-from .model_roles import CANONICAL, Layer, Mapped, arrange, map_evaluation
+from ..check import bounds
+from ..check.checks import CheckResult, Failure, Location, compare
+from ..errors import DumpError
+from ..dump.graph import Evaluation
+from .weights import Model, ModelError, load_model
+from .expect import Expected
+from .mapping import CANONICAL, Layer, Mapped, arrange, map_evaluation
 from .reference import KV_TYPES, forward
-from .report import SiteReport
-from .sample import parse_sample
+from ..check.report import SiteReport
+from ..dump.sample import parse_sample
 
 PRINT = bounds.PRINT
 F32_REL = 2.0**-20

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import Model
+from .weights import Model
 from .reference import Reference
 
 U32 = 2.0**-24  # f32 unit roundoff

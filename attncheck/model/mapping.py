@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .graph import Evaluation
-from .records import Node
-from .roles import Roles, assign
+from ..dump.graph import Evaluation
+from ..dump.records import Node
+from ..dump.roles import Roles, assign
 
 LAYOUT = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT"}  # ops that move values without computing
 

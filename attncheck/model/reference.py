@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
-from .model import Hparams, Model
+from .weights import Hparams, Model
 
 F32 = np.float32
 F64 = np.float64

@@ -10,7 +10,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
-from .errors import ModelError  # defined beside DumpError, so the CLI need not import gguf to catch it
+from ..errors import ModelError  # defined beside DumpError, so the CLI need not import gguf to catch it
 
 SUPPORTED_ARCHS = ("gpt2", "llama")
 

@@ -163,9 +163,10 @@ def _rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
 
 
 def _norm(model: Model, prefix: str, x: np.ndarray) -> np.ndarray:
-    """build_norm: NORM (gpt2) or RMS_NORM (llama), then MUL by the weight and ADD the bias if present."""
+    """build_norm: NORM or RMS_NORM (the architecture table's Forward.norm), then MUL by the weight and ADD the bias
+    if present."""
     hp = model.hparams
-    y = _rms_norm(x, hp.norm_eps) if hp.arch == "llama" else _layer_norm(x, hp.norm_eps)
+    y = _rms_norm(x, hp.norm_eps) if hp.forward.norm == "rms" else _layer_norm(x, hp.norm_eps)
     y = (y * model.tensor(prefix + ".weight")).astype(F32)
     if model.has(prefix + ".bias"):
         y = (y + model.tensor(prefix + ".bias")).astype(F32)
@@ -257,7 +258,7 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", f16_sr
     out: dict[tuple[int | None, str], np.ndarray] = {}
 
     x = model.rows("token_embd.weight", toks)  # GET_ROWS dequantizes exactly
-    if hp.arch == "gpt2":
+    if hp.forward.positions == "learned":
         if t > hp.n_ctx_train:
             raise ValueError(f"{t} tokens exceed the {hp.n_ctx_train} learned positions")
         x = (x + model.rows("position_embd.weight", np.arange(t))).astype(F32)
@@ -268,7 +269,7 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", f16_sr
         cur = _norm(model, p + "attn_norm", x)
         out[(il, "attn_norm")] = cur
         d, d_kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
-        if hp.arch == "gpt2":
+        if model.has(p + "attn_qkv.weight"):
             qkv = _linear(model, p + "attn_qkv", cur, s1)  # fused [Q | K | V]
             q, k, v = qkv[:, :d], qkv[:, d:d + d_kv], qkv[:, d + d_kv:]
         else:
@@ -278,7 +279,7 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", f16_sr
         q = q.reshape(t, hp.n_head, hp.head_dim)
         k = k.reshape(t, hp.n_head_kv, hp.head_dim)
         v = v.reshape(t, hp.n_head_kv, hp.head_dim)
-        if hp.arch == "llama":
+        if hp.forward.positions == "rope_norm":
             q = _rope_norm(q, hp.rope_dim, hp.rope_freq_base)
             k = _rope_norm(k, hp.rope_dim, hp.rope_freq_base)
         out[(il, "Qcur")], out[(il, "Kcur")], out[(il, "Vcur")] = q, k, v
@@ -291,7 +292,7 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", f16_sr
         out[(il, "ffn_inp")] = ffn_inp
         cur = _norm(model, p + "ffn_norm", ffn_inp)
         out[(il, "ffn_norm")] = cur
-        if hp.arch == "gpt2":
+        if hp.forward.ffn == "gelu":
             ffn = _linear(model, p + "ffn_down", _gelu(_linear(model, p + "ffn_up", cur, s1)), s1)
         else:
             act = _swiglu(_linear(model, p + "ffn_gate", cur, s1), _linear(model, p + "ffn_up", cur, s1))

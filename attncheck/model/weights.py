@@ -10,9 +10,8 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
+from ..arch import ARCHS, Forward, lookup
 from ..errors import ModelError  # defined beside DumpError, so the CLI need not import gguf to catch it
-
-SUPPORTED_ARCHS = ("gpt2", "llama")
 
 
 @dataclass(frozen=True)
@@ -31,6 +30,11 @@ class Hparams:
     rope_freq_base: float
     kq_scale: float
     n_vocab: int
+
+    @property
+    def forward(self) -> Forward:
+        """How the architecture table says this family computes (arch/table.py)."""
+        return lookup(self.arch).forward  # type: ignore[union-attr]  # load_model admits only such architectures
 
 
 class Model:
@@ -94,14 +98,18 @@ def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
 
 
 def load_model(path: str | os.PathLike[str]) -> Model:
-    """Open a GGUF file (memory-mapped) and read the hyperparameters of a gpt2 or llama model."""
+    """Open a GGUF file (memory-mapped) and read the hyperparameters of a model whose architecture has a reference
+    forward pass in the architecture table."""
     try:
         reader = GGUFReader(path, "r")
     except (OSError, ValueError) as e:
         raise ModelError(path, f"not a readable GGUF file ({e})") from None
     arch = _field(reader, "general.architecture")
-    if arch not in SUPPORTED_ARCHS:
-        raise ModelError(path, f"unsupported architecture {arch!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
+    spec = lookup(arch)
+    if spec is None or spec.forward is None:
+        supported = ", ".join(name for name, a in ARCHS.items() if a.forward is not None)
+        raise ModelError(path, f"unsupported architecture {arch!r} (supported: {supported})")
+    fw = spec.forward
 
     def key(name: str, default: Any = None) -> Any:
         value = _field(reader, f"{arch}.{name}", default)
@@ -112,7 +120,6 @@ def load_model(path: str | os.PathLike[str]) -> Model:
     n_embd = int(key("embedding_length"))
     n_head = int(key("attention.head_count"))
     head_dim = int(key("attention.key_length", n_embd // n_head))
-    eps_key = "attention.layer_norm_rms_epsilon" if arch == "llama" else "attention.layer_norm_epsilon"
     tensors = {t.name: t for t in reader.tensors}
     if "token_embd.weight" not in tensors:
         raise ModelError(path, "no tensor named 'token_embd.weight'")
@@ -125,9 +132,9 @@ def load_model(path: str | os.PathLike[str]) -> Model:
         head_dim=head_dim,
         n_layer=int(key("block_count")),
         n_ctx_train=int(key("context_length")),
-        norm_eps=float(key(eps_key)),
-        rope_dim=int(key("rope.dimension_count", head_dim)) if arch == "llama" else 0,
-        rope_freq_base=float(key("rope.freq_base", 10000.0)) if arch == "llama" else 0.0,
+        norm_eps=float(key(fw.norm_eps_key)),
+        rope_dim=int(key("rope.dimension_count", head_dim)) if fw.positions.startswith("rope") else 0,
+        rope_freq_base=float(key("rope.freq_base", 10000.0)) if fw.positions.startswith("rope") else 0.0,
         kq_scale=scale if scale else float(np.float32(1) / np.sqrt(np.float32(head_dim))),  # 1.0f/sqrtf(D_h)
         n_vocab=int(tensors["token_embd.weight"].shape[1]),
     )

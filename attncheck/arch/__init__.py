@@ -1,0 +1,7 @@
+"""What attncheck knows of each llama.cpp architecture, in one place, as data per architecture (the way llama.cpp
+keeps load_hparams per architecture in src/models/<arch>.cpp). Nothing else in the package branches on an
+architecture's name: it asks `lookup(name)` for the entry and reads its fields.
+"""
+from .table import ARCHS, Arch, Forward, lookup
+
+__all__ = ["ARCHS", "Arch", "Forward", "lookup"]

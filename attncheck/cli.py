@@ -66,7 +66,7 @@ def _write_json(doc: dict, target: str | None) -> None:
 @click.option("--tokens", metavar="IDS", help="The prompt's token ids, e.g. 1,2,3, for logs that do not print them.")
 def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast, quiet, verbose, model, tokens):
     """Check every attention head in one or more dumps (default: stdin)."""
-    from .check.bounds import FixedTolerance
+    from .results import FixedTolerance
     from .progress import evaluation_progress, wanted as progress_wanted
     from .verify import Options, verify
 
@@ -113,7 +113,7 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast
 
 def _tokens(text: str | None) -> tuple[int, ...] | None:
     """--tokens 1,2,3; a malformed list is a usage error: one line, exit 2."""
-    from .model.checker import parse_tokens
+    from .model.runs import parse_tokens
 
     try:
         return parse_tokens(text)
@@ -295,7 +295,8 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, to
 def diff_(old, new, prefix, json_out, junit, atol, rtol, nmse, quiet, verbose):
     """Compare two dumps of one model and prompt node by node (two llama.cpp builds): where they first diverge."""
     from .diff.compare import ATOL, RTOL, DiffReport, Tolerance, diff
-    from .check.junit import diff_xml, write
+    from .check.junit import write
+    from .diff.junit import diff_xml
     from .diff.render import diff_dict, render_diff
 
     if nmse and (atol is not None or rtol is not None):

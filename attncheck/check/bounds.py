@@ -1,16 +1,10 @@
-"""How exact the dumped numbers are (FORMAT.md §3): the terms every per-element bound is built from."""
+"""The bounds of the dump-only checks: softmax, weight ratios, P·V, each from the print precision and storage
+types of FORMAT.md §3 (precision.py)."""
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import numpy as np
 
-PRINT = 5e-5  # `%12.4f`: a printed value is within half a unit of the 4th decimal of the stored one
-SUM_PRINT = 5e-7  # `sum = %f`
-F32 = 2.0**-24  # unit roundoff of f32 arithmetic (accumulations, expf)
-
-# On the CPU, MUL_MAT with an f16 (bf16) src0 converts src1 to f16 (bf16) first: P is rounded before P·V.
-SRC1_ROUNDING = {"f32": 0.0, "f16": 2.0**-11, "bf16": 2.0**-8}
+from ..precision import F32, PRINT, SRC1_ROUNDING
 
 
 def softmax_bound(p: np.ndarray, scale: float, n_visible: np.ndarray | int, scaled_max: np.ndarray | float = 0.0):
@@ -41,19 +35,3 @@ def pv_bound(P: np.ndarray, V: np.ndarray, visible: np.ndarray, v_type: str | No
         + np.where(visible, (Pv + PRINT) * PRINT, 0.0).sum(axis=-1)
         + (absV * Pv).sum(axis=-1) * (u + n * F32)
     )
-
-
-def sum_bound(n_added: int, magnitude: float, n_rows: int = 0, row_len: int = 0) -> float:
-    """|printed sum − exact sum|: f32 accumulation of n_added non-zero terms, row normalisation, the `%f` print."""
-    return n_added * F32 * magnitude + n_rows * (row_len + 4) * F32 + SUM_PRINT
-
-
-class FixedTolerance(NamedTuple):
-    """check --atol/--rtol: |dumped − recomputed| ≤ atol + rtol·|recomputed|, in place of the derived per-element
-    bounds (diff.Tolerance is diff's own: two dumps against each other, or per-op NMSE)."""
-
-    atol: float
-    rtol: float
-
-    def bound(self, want) -> np.ndarray:
-        return self.atol + self.rtol * np.abs(np.asarray(want, dtype=np.float64))

@@ -1,98 +1,16 @@
 """Per-head views → checks: recompute what llama.cpp printed from other printed numbers, element by element.
 
-Every check returns a CheckResult (compare, don't report): how many elements it compared, how many printed
-elements it could not and why, its worst error, the bound there, and the factor the bound would have needed.
+Every check returns a CheckResult (results.py: compare, don't report): how many elements it compared, how many
+printed elements it could not and why, its worst error, the bound there, and the factor the bound would have needed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import NamedTuple
-
 import numpy as np
 
-from ..check import bounds
+from .. import precision
+from ..results import CheckResult, FixedTolerance, Location, compare
+from . import bounds
 from .heads import SiteView
-
-MAX_FAILURES = 20  # failing elements kept per check for the report
-
-
-class Location(NamedTuple):
-    """The logical place of an element: head, query (index in the evaluation), and a slot or a dim.
-
-    --model checks also give pos, the token position (n_past + query, or the slot of a K/V cache row), and leave
-    out what a node has no axis for (head of a [T, n_embd] row, query of a cache row).
-    """
-
-    head: int | None
-    query: int | None
-    slot: int | None = None
-    dim: int | None = None
-    pos: int | None = None
-
-
-def describe(at: Location | None) -> str:
-    """A Location as words, for tables, failure lines and JUnit messages: "head 3, query 1, slot 0"."""
-    if at is None:
-        return "whole tensor"
-    parts = [f"{k} {getattr(at, k)}" for k in ("head", "query", "slot", "dim") if getattr(at, k) is not None]
-    if at.pos is not None:
-        parts.append(f"position {at.pos}")
-    return ", ".join(parts)
-
-
-class Failure(NamedTuple):
-    at: Location
-    got: float
-    want: float
-    bound: float
-
-
-@dataclass
-class CheckResult:
-    """One check on one node: Polygraphy-style, it knows whether it passed and the tolerance it would have needed."""
-
-    check: str  # masked | softmax | softmax_ratio | pv | sum | finite
-    node: str
-    line: int
-    checked: int = 0  # elements compared
-    unchecked: int = 0  # printed elements this check could not compare
-    why_unchecked: str = ""
-    max_error: float = 0.0  # largest |dumped − recomputed|
-    bound: float = 0.0  # the bound at that element
-    ratio: float = 0.0  # largest error/bound: the factor the bounds would have needed (≤ 1 passes)
-    worst: Location | None = None
-    failed: int = 0  # elements beyond their bound
-    failures: list[Failure] = field(default_factory=list)
-    note: str = ""
-    nmse: float | None = None  # --model: sum(err^2) / sum(ref^2) over the compared elements
-    error_model: str | None = None  # --model: which error model gave the bounds (model_checks.py)
-
-    @property
-    def passed(self) -> bool:
-        return self.failed == 0
-
-
-def compare(check: str, node, got, want, bound, where, unchecked=0, why="", note="",
-            tol: bounds.FixedTolerance | None = None) -> CheckResult:
-    """Compare flat arrays element by element; `where(i)` names element i. NaN or inf never passes.
-
-    tol (--atol/--rtol) replaces the derived bounds."""
-    got, want, bound = (np.asarray(a, dtype=np.float64).ravel() for a in (got, want, bound))
-    if tol is not None:
-        bound = tol.bound(want)
-    res = CheckResult(check, node.name, node.line, checked=len(got), unchecked=unchecked, why_unchecked=why, note=note)
-    if not len(got):
-        return res
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        err = np.abs(got - want)
-        err = np.where(np.isfinite(got) & np.isfinite(want) & ~np.isnan(err), err, np.inf)
-        ratio = np.where(err == 0, 0.0, err / bound)
-    bad = np.flatnonzero(~(err <= bound))
-    worst = int(np.argmax(ratio))
-    res.max_error, res.bound, res.ratio = float(err[worst]), float(bound[worst]), float(ratio[worst])
-    res.worst, res.failed = where(worst), len(bad)
-    res.failures = [Failure(where(int(i)), float(got[i]), float(want[i]), float(bound[i])) for i in bad[:MAX_FAILURES]]
-    return res
 
 
 def _locator(view: SiteView, idx: tuple[np.ndarray, ...], last: str):
@@ -143,7 +61,7 @@ def masked(view: SiteView) -> CheckResult:
     return compare("masked", view.site.softmax, got, np.zeros_like(got), np.zeros_like(got), _locator(view, idx, "slot"))
 
 
-def softmax_rows(view: SiteView, scale: float, tol: bounds.FixedTolerance | None = None) -> CheckResult:
+def softmax_rows(view: SiteView, scale: float, tol: FixedTolerance | None = None) -> CheckResult:
     """P = softmax(kq · scale + mask) for every printed row whose visible slots were all printed."""
     site = view.site
     vis = view.visible
@@ -173,7 +91,7 @@ def softmax_rows(view: SiteView, scale: float, tol: bounds.FixedTolerance | None
                    unchecked=unchecked, why=why if unchecked else "", tol=tol)
 
 
-def softmax_ratio(view: SiteView, scale: float, tol: bounds.FixedTolerance | None = None) -> CheckResult:
+def softmax_ratio(view: SiteView, scale: float, tol: FixedTolerance | None = None) -> CheckResult:
     """Rows with unprinted visible slots: p_j / p_k = exp(scale · (s_j − s_k)) between printed visible slots."""
     site = view.site
     part = ~view.rows_whole
@@ -188,7 +106,7 @@ def softmax_ratio(view: SiteView, scale: float, tol: bounds.FixedTolerance | Non
     with np.errstate(over="ignore", invalid="ignore"):
         pred = p_ref * np.exp(scale * (S - s_ref))
     slot = np.arange(P.shape[-1])
-    usable = np.broadcast_to(vis, P.shape) & (slot != k) & (p_ref > bounds.PRINT)
+    usable = np.broadcast_to(vis, P.shape) & (slot != k) & (p_ref > precision.PRINT)
     idx = np.nonzero(usable)
     t_part = np.flatnonzero(part)
     full_idx = (idx[0], t_part[idx[1]], idx[2])
@@ -200,7 +118,7 @@ def softmax_ratio(view: SiteView, scale: float, tol: bounds.FixedTolerance | Non
                    tol=tol)
 
 
-def pv(view: SiteView, tol: bounds.FixedTolerance | None = None) -> CheckResult:
+def pv(view: SiteView, tol: FixedTolerance | None = None) -> CheckResult:
     """O = P·V over the visible slots, for printed kqv elements of rows whose visible slots were all printed."""
     site = view.site
     if view.O is None:
@@ -232,7 +150,7 @@ def pv(view: SiteView, tol: bounds.FixedTolerance | None = None) -> CheckResult:
 
 
 def softmax_sum(view: SiteView, sums: tuple[float, ...], P_all: np.ndarray,
-                tol: bounds.FixedTolerance | None = None) -> CheckResult:
+                tol: FixedTolerance | None = None) -> CheckResult:
     """The SOFT_MAX `sum =` line: T·H (every row sums to 1) today; the sum of printed values before PR #15637."""
     site = view.site
     node = site.softmax
@@ -240,9 +158,9 @@ def softmax_sum(view: SiteView, sums: tuple[float, ...], P_all: np.ndarray,
     got = sums[0]
     full = float(T * H)
     n_added = H * (T * view.n_past + T * (T + 1) // 2)  # query t reads n_past + t + 1 slots
-    full_bound = bounds.sum_bound(n_added, full, T * H, view.n_past + T)
+    full_bound = precision.sum_bound(n_added, full, T * H, view.n_past + T)
     printed = float(P_all.sum())
-    printed_bound = P_all.size * bounds.PRINT + bounds.sum_bound(int(np.count_nonzero(P_all)), printed)
+    printed_bound = P_all.size * precision.PRINT + precision.sum_bound(int(np.count_nonzero(P_all)), printed)
     where = lambda i: Location(-1, -1)  # noqa: E731  (a whole-tensor value has no element)
     res = compare("sum", node, [got], [full], [full_bound], where, note="full tensor: T·H rows that each sum to 1",
                   tol=tol)

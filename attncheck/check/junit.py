@@ -2,26 +2,22 @@
 <error> for unusable input, <skipped> for what could not be verified.
 
 check: one testcase per evaluation × layer (an attention site), failures naming head, query and slot or dim.
-diff: one testcase per evaluation × layer too (input and output sections are their own), not per node: a graph has
-~40 nodes per layer, most of them views, and a CI dashboard of thousands of testcases hides the one that matters;
-the failure message names the first divergent node of the layer and its element, the body lists every divergent node.
+The helpers that build suites and testcases serve diff/junit.py too.
 """
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .checks import describe
-from ..diff.compare import DiffReport
-from ..diff.render import divergence_line
-from .report import EXIT_INPUT, EXIT_UNVERIFIED, Report, SiteReport
+from ..results import SiteReport, describe
+from .report import EXIT_INPUT, EXIT_UNVERIFIED, Report
 
 
-def _suite(root: ET.Element, name: str) -> ET.Element:
+def add_suite(root: ET.Element, name: str) -> ET.Element:
     return ET.SubElement(root, "testsuite", name=name, tests="0", failures="0", errors="0", skipped="0", time="0")
 
 
-def _case(suite: ET.Element, classname: str, name: str, kind: str | None = None, message: str = "",
+def add_case(suite: ET.Element, classname: str, name: str, kind: str | None = None, message: str = "",
           text: str = "") -> None:
     """A testcase; kind failure | error | skipped adds that child. Counts go up on the suite."""
     case = ET.SubElement(suite, "testcase", classname=classname, name=name, time="0")
@@ -37,7 +33,7 @@ def _case(suite: ET.Element, classname: str, name: str, kind: str | None = None,
     suite.set(count, str(int(suite.get(count)) + 1))
 
 
-def _totals(root: ET.Element) -> ET.ElementTree:
+def finish_tree(root: ET.Element) -> ET.ElementTree:
     for key in ("tests", "failures", "errors", "skipped"):
         root.set(key, str(sum(int(s.get(key)) for s in root.iter("testsuite"))))
     ET.indent(root)
@@ -59,48 +55,23 @@ def check_xml(reports: list[Report], inputs: list[tuple[str, int]]) -> ET.Elemen
     done = iter(reports)
     for path, code in inputs:
         if code == EXIT_INPUT:
-            suite = _suite(root, f"attncheck check {path}")
-            _case(suite, "attncheck.check", "read dump", "error", f"{path}: unusable input (attncheck's error "
+            suite = add_suite(root, f"attncheck check {path}")
+            add_case(suite, "attncheck.check", "read dump", "error", f"{path}: unusable input (attncheck's error "
                   "output names the file and line)")
             continue
         report = next(done)
-        suite = _suite(root, f"attncheck check {report.source}")
+        suite = add_suite(root, f"attncheck check {report.source}")
         cls = f"attncheck.check.{Path(report.source).stem}"
         if code == EXIT_UNVERIFIED and not report.sites:
-            _case(suite, cls, "attention", "skipped", report.unverified_reason())
+            add_case(suite, cls, "attention", "skipped", report.unverified_reason())
         for s in report.sites:
             name = f"eval {s.evaluation} layer {s.layer}"
             lines = _site_failures(s)
             if lines:
-                _case(suite, cls, name, "failure", f"eval {s.evaluation} layer {s.layer} {lines[0]}", "\n".join(lines))
+                add_case(suite, cls, name, "failure", f"eval {s.evaluation} layer {s.layer} {lines[0]}", "\n".join(lines))
             else:
-                _case(suite, cls, name)
-    return _totals(root)
-
-
-def diff_xml(rep: DiffReport) -> ET.ElementTree:
-    root = ET.Element("testsuites", name="attncheck diff")
-    suite = _suite(root, f"attncheck diff {rep.old} {rep.new}")
-    cls = "attncheck.diff"
-    if rep.error:
-        _case(suite, cls, "inputs", "error", rep.error)
-        return _totals(root)
-    for (ev, group), nodes in rep.groups().items():
-        name = f"eval {ev} {group}"
-        bad = [n for n in nodes if n.diverged]
-        if bad:
-            lines = [divergence_line(n, rep.tolerance.nmse) for n in bad]
-            _case(suite, cls, name, "failure", lines[0], "\n".join(lines))
-        elif all(n.skipped for n in nodes):
-            _case(suite, cls, name, "skipped", "; ".join(sorted({n.skipped for n in nodes})))
-        else:
-            _case(suite, cls, name)
-    notes = [rep.prompt_note] if rep.prompt_note else []
-    notes += [f"only in {u.side.upper()}: eval {u.evaluation} {u.role.group} {u.role.name} '{u.node.name}' "
-              f"(line {u.node.line}, {u.node.op})" for u in rep.only]
-    if notes:
-        ET.SubElement(suite, "system-out").text = "\n".join(notes)
-    return _totals(root)
+                add_case(suite, cls, name)
+    return finish_tree(root)
 
 
 def write(tree: ET.ElementTree, path: str) -> None:

@@ -5,8 +5,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .checks import describe
-from .report import EXIT_FAIL, EXIT_PASS, Report, SiteReport
+from ..results import SiteReport, describe
+from .report import EXIT_FAIL, EXIT_PASS, Report
 
 CHECK_TITLES = {
     "finite": "printed values are numbers",

@@ -3,42 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .bounds import FixedTolerance
-from .checks import CheckResult
+from ..results import FixedTolerance, SiteReport, json_number
 
 SCHEMA = 1
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED = 0, 1, 2, 3
-
-
-@dataclass
-class SiteReport:
-    """The checks of one evaluation × layer."""
-
-    evaluation: int
-    run: int
-    n_past: int
-    T: int
-    layer: int
-    H: int
-    H_kv: int
-    D_h: int | None
-    n_kv: int
-    kq_scale: float
-    nodes: dict[str, str | None]
-    line: int
-    results: list[CheckResult]
-    rows_whole: int  # printed softmax rows whose visible slots were all printed
-    rows_printed: int
-
-    @property
-    def passed(self) -> bool:
-        return all(r.passed for r in self.results)
-
-    def result(self, check: str) -> CheckResult | None:
-        return next((r for r in self.results if r.check == check), None)
-
-    def checked(self, check: str) -> int:
-        return sum(r.checked for r in self.results if r.check == check)
 
 
 @dataclass
@@ -153,10 +121,6 @@ def _loc(at) -> dict | None:
     return None if at is None else {k: v for k, v in at._asdict().items() if v is not None}
 
 
-def _num(x: float):
-    """JSON has no inf/nan: write them as strings."""
-    return x if x == x and abs(x) != float("inf") else str(x)
-
 
 def _site_dict(s: SiteReport) -> dict:
     return {
@@ -168,10 +132,12 @@ def _site_dict(s: SiteReport) -> dict:
             {
                 "check": r.check, "node": r.node, "line": r.line, "passed": r.passed,
                 "checked": r.checked, "unchecked": r.unchecked, "why_unchecked": r.why_unchecked or None,
-                "max_error": _num(r.max_error), "bound": _num(r.bound), "ratio": _num(r.ratio),
+                "max_error": json_number(r.max_error), "bound": json_number(r.bound),
+                "ratio": json_number(r.ratio),
                 "worst": _loc(r.worst), "failed": r.failed, "note": r.note or None,
-                "nmse": None if r.nmse is None else _num(r.nmse), "error_model": r.error_model,
-                "failures": [{"at": _loc(f.at), "got": _num(f.got), "want": _num(f.want), "bound": _num(f.bound)}
+                "nmse": None if r.nmse is None else json_number(r.nmse), "error_model": r.error_model,
+                "failures": [{"at": _loc(f.at), "got": json_number(f.got), "want": json_number(f.want),
+                              "bound": json_number(f.bound)}
                              for f in r.failures],
             }
             for r in s.results

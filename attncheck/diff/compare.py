@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ..check import bounds
+from .. import precision
 from .align import Aligned, align, causal, geometry
 from ..errors import DumpError
 from ..dump.graph import Dump, Evaluation, read_dump
@@ -349,7 +349,7 @@ def _full_sum(s: Sample) -> bool:
         return True
     for block, total in zip(s.values, s.sums):
         printed = float(np.nansum(block))
-        slack = block.size * bounds.PRINT + bounds.SUM_PRINT + 1e-6 * float(np.nansum(np.abs(block)))
+        slack = block.size * precision.PRINT + precision.SUM_PRINT + 1e-6 * float(np.nansum(np.abs(block)))
         if not abs(total - printed) > slack:
             return False
     return True
@@ -366,7 +366,7 @@ def _sum(sa: Sample, sb: Sample, tol: Tolerance) -> SumDiff | None:
     for i, (x, y) in enumerate(zip(sa.sums, sb.sums)):
         with np.errstate(invalid="ignore"):
             mag = n * max(float(np.nanmean(np.abs(sa.values[i]))), float(np.nanmean(np.abs(sb.values[i]))), 0.0)
-        d = SumDiff(x, y, 2 * bounds.SUM_PRINT + n * tol.sum_atol + (tol.rtol + n * bounds.F32) * mag)
+        d = SumDiff(x, y, 2 * precision.SUM_PRINT + n * tol.sum_atol + (tol.rtol + n * precision.F32) * mag)
         if worst is None or d.diff / d.tol > worst.diff / worst.tol:
             worst = d
     return worst

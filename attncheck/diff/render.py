@@ -7,6 +7,7 @@ from rich.table import Table
 
 from .compare import NMSE_MAX, NMSE_OTHER, DiffReport, NodeDiff
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, SCHEMA
+from ..results import json_number
 
 LIST_LIMIT = 20  # one-dump-only nodes and divergences listed without --verbose
 
@@ -131,10 +132,6 @@ def render_diff(rep: DiffReport, console: Console, *, quiet: bool = False, verbo
     console.print(f"[{style}]{verdict(rep)}[/]", highlight=False, soft_wrap=True)
 
 
-def _num(x: float):
-    """JSON has no inf/nan: write them as strings."""
-    return x if x == x and abs(x) != float("inf") else str(x)
-
 
 def _ref(r) -> dict:
     return {"name": r.name, "line": r.line, "op": r.op, "type": r.type, "ne": list(r.ne)}
@@ -149,11 +146,12 @@ def _node(nd: NodeDiff) -> dict:
     return {
         "evaluation": nd.evaluation, "run": nd.run, **_role(nd.role), "old": _ref(nd.old), "new": _ref(nd.new),
         "matched_by": nd.how or None, "compared": nd.compared, "skipped": nd.skipped or None,
-        "diverged": nd.diverged, "failed": nd.failed, "max_abs": _num(nd.max_abs), "max_rel": _num(nd.max_rel),
-        "nmse": _num(nd.nmse), "nmse_max": nd.nmse_max, "tolerance_at_worst": _num(nd.tol), "ratio": _num(nd.ratio),
-        "needed_atol": _num(nd.needed_atol), "needed_rtol": _num(nd.needed_rtol),
-        "worst": None if nd.worst is None or nd.skipped else {"at": nd.worst, "old": _num(nd.worst_old),
-                                                               "new": _num(nd.worst_new)},
+        "diverged": nd.diverged, "failed": nd.failed, "max_abs": json_number(nd.max_abs),
+        "max_rel": json_number(nd.max_rel), "nmse": json_number(nd.nmse), "nmse_max": nd.nmse_max,
+        "tolerance_at_worst": json_number(nd.tol), "ratio": json_number(nd.ratio),
+        "needed_atol": json_number(nd.needed_atol), "needed_rtol": json_number(nd.needed_rtol),
+        "worst": None if nd.worst is None or nd.skipped else {"at": nd.worst, "old": json_number(nd.worst_old),
+                                                               "new": json_number(nd.worst_new)},
         "sum": None if s is None else {"old": s.old, "new": s.new, "diff": s.diff, "tolerance": s.tol,
                                        "passed": s.passed},
     }

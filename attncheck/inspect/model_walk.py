@@ -12,7 +12,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ..check.checks import CheckResult
+from ..results import CheckResult
 from ..dump.graph import Dump, read_dump
 from ..check.heads import kv_head
 from ..model.checker import ModelChecker
@@ -73,7 +73,7 @@ def walk_with_model(dump: Dump | str | BinaryIO, layer: int, head: int, model: s
     w = walk_site(dump.source, ev, site, head, query, kq_scale)
     checker = ModelChecker(model, dump.source, kq_scale=kq_scale, tokens=tokens, layers=frozenset({layer}),
                            heads=frozenset({head}))
-    results, _ = checker.check(ev)
+    results = [r for sr in checker.check(ev) if sr.layer == layer for r in sr.results]
     expected, arithmetic = checker.current  # type: ignore[misc]
     ref = expected.ref
     pos, g = w.position, int(kv_head(head, w.H, w.H_kv))
@@ -94,5 +94,5 @@ def walk_with_model(dump: Dump | str | BinaryIO, layer: int, head: int, model: s
     )
     K_h = np.asarray(ref.get(layer, "k_cache"))[g, :pos + 1]
     V_h = np.asarray(ref.get(layer, "v_cache"))[g, :, :pos + 1].T
-    mw = ModelWalk(model, ref.hparams.arch, arithmetic, rows, K_h, V_h, tuple(results.get(layer, [])))
+    mw = ModelWalk(model, ref.hparams.arch, arithmetic, rows, K_h, V_h, tuple(results))
     return w, mw

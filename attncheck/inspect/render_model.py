@@ -7,7 +7,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..check.checks import describe
+from ..results import describe, json_number
 from .walk import HeadWalk
 from .model_walk import FullRow, ModelWalk
 
@@ -59,10 +59,6 @@ def render_model_walk(w: HeadWalk, mw: ModelWalk, console: Console) -> None:
                   f"{sum(r.checked for r in mw.results)} printed elements of head {w.head} checked", highlight=False)
 
 
-def _num(x: float):
-    """JSON has no inf/nan: write them as strings."""
-    return x if x == x and abs(x) != float("inf") else str(x)
-
 
 def _list(a: np.ndarray) -> list:
     return [None if np.isnan(x) else float(x) for x in np.asarray(a, dtype=np.float64).ravel()]
@@ -76,8 +72,9 @@ def model_walk_dict(mw: ModelWalk) -> dict:
                           "dumped": _list(r.dumped), "printed": r.printed} for r in mw.rows},
         "K_h": [_list(row) for row in mw.K_h], "V_h": [_list(row) for row in mw.V_h],
         "checks": [{"check": r.check, "node": r.node, "line": r.line, "passed": r.passed, "checked": r.checked,
-                    "max_error": _num(r.max_error), "bound": _num(r.bound), "ratio": _num(r.ratio),
-                    "nmse": None if r.nmse is None else _num(r.nmse),
+                    "max_error": json_number(r.max_error), "bound": json_number(r.bound),
+                    "ratio": json_number(r.ratio),
+                    "nmse": None if r.nmse is None else json_number(r.nmse),
                     "error_model": r.error_model, "worst": None if r.worst is None else
                     {k: v for k, v in r.worst._asdict().items() if v is not None}}
                    for r in mw.results],

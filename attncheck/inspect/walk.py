@@ -12,14 +12,15 @@ from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
+from .. import precision
 from ..check import bounds
+from ..check.dumponly import default_scale
 from ..errors import DumpError
 from ..dump.graph import Dump, Evaluation, Site, read_dump
 from ..check.heads import kv_head
 from ..dump.records import Node
 from ..check.report import Report
 from ..dump.sample import Sample, parse_sample
-from ..verify import default_scale
 
 _CHAIN_OPS = ("PERMUTE", "VIEW", "RESHAPE", "CONT", "CPY")  # ops that only re-lay out q, k or v
 
@@ -334,7 +335,7 @@ def _query_row(p: np.ndarray, s: np.ndarray | None, slots: np.ndarray, n_past: i
         why = (f"slots {span(np.setdiff1d(np.arange(n_visible), slots))} are visible but were not printed: "
                "the softmax normaliser is unknown")
         k = int(np.argmax(np.where(vis, p, -1.0)))  # the largest printed visible weight: the best-known reference
-        if p[k] > bounds.PRINT:
+        if p[k] > precision.PRINT:
             ref = int(slots[k])
             others = vis & (slots != ref)
             with np.errstate(over="ignore", invalid="ignore"):

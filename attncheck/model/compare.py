@@ -1,0 +1,220 @@
+"""One printed node against the reference: every printed element within its bound (bounds.py's error model),
+NMSE per node, and the full-tensor `sum =` line; failures named by head, query, position, slot or dim."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import precision
+from ..dump.sample import Sample, parse_sample
+from ..results import CheckResult, Failure, Location, compare
+from .bounds import DERIVED, DERIVED_ROWS, F32_REL, FLIP_SHARE, NMSE_CASCADE, NMSE_MAX, PRINT
+from .expect import Expected
+from .mapping import CANONICAL, Layer, Mapped, arrange
+from .runs import Run
+from .summary import Summary
+
+CHECK = {"q": "model_q", "Kcur": "model_kcur", "Vcur": "model_vcur", "k": "model_k", "v": "model_v",
+         "kq": "model_kq", "kq_soft_max": "model_softmax", "kqv": "model_kqv"}
+
+
+def check_name(m: Mapped) -> str:
+    if m.role == "flash_attn":
+        return "model_flash_attn"
+    if m.role == "kqv_out":
+        return "model_kqv_out"
+    return CHECK.get(m.quantity, f"model_{m.role}")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A node's reference in its printed layout [ne2, ne1, ne0], with the allowances of its error model."""
+
+    model: str  # derived | cascade, + "+flash"
+    full: np.ndarray  # the reference
+    extra: np.ndarray  # allowances every element may use (f32 noise, the flash kernel)
+    flips: np.ndarray | None  # layer 0's rounding flips, for a few elements at most
+    valid: np.ndarray  # 1 where the node holds a value of the tensor, 0 in empty cache slots
+
+    @property
+    def derived(self) -> bool:
+        return self.model.startswith("derived")
+
+
+def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int) -> Expectation | None:
+    """The reference of a mapped node and its error model, or None when its ne does not fit the reference."""
+    node, ref_layer = m.node, m.ref_layer
+    flash = L.flash and m.quantity == "kqv"
+    derived = (ref_layer == 0 and m.quantity in DERIVED) or (m.role in DERIVED_ROWS and ref_layer in (0, None))
+    canon = CANONICAL[m.quantity]
+    ref = exp.value(m.quantity, m.role, ref_layer)
+    full = arrange(ref, canon, m.labels, node, n_past, T)
+    if full is None:
+        return None
+    extra = np.zeros(full.shape)
+    if flash:
+        extra += arrange(exp.flash(ref_layer), CANONICAL["kqv"], m.labels, node, n_past, T)  # type: ignore
+    if derived and ref_layer == 0:
+        noise = exp.noise(m.quantity)
+        if noise is not None:
+            extra += arrange(noise, canon, m.labels, node, n_past, T)  # type: ignore[operator]
+    flips = None
+    if derived:
+        f = exp.flips(m.quantity, flash) if ref_layer == 0 else None
+        if f is not None:
+            flips = arrange(f, canon, m.labels, node, n_past, T)
+    valid = arrange(np.ones(ref.shape), canon, m.labels, node, n_past, T)
+    model = ("derived" if derived else "cascade") + ("+flash" if flash else "")
+    return Expectation(model, full, extra, flips, valid)  # type: ignore[arg-type]
+
+
+@dataclass
+class NodeComparison:
+    """Compares mapped nodes with the reference of their run; records each node in the summary."""
+
+    source: str
+    tau: float  # the cascade allowance (bounds.TAU) for this model's weights
+    heads: frozenset[int] | None
+    summary: Summary
+
+    def check(self, evaluation: int, L: Layer, m: Mapped, run: Run, n_past: int, T: int) -> list[CheckResult]:
+        node = m.node
+        e = expectation(run.expected, L, m, n_past, T)  # type: ignore[arg-type]
+        if e is None:
+            self.summary.skipped.append(f"{node.name} (line {node.line}): its ne does not fit the reference")
+            return []
+        s = parse_sample(node, self.source)
+        ix = np.ix_(*s.index[1:])
+        keep = self._head_mask(m, s, L)
+        got, want = s.values[0][keep], e.full[ix][keep]
+        base = PRINT + F32_REL * np.abs(want) + e.extra[ix][keep]
+        err = np.abs(got - want)
+        with np.errstate(invalid="ignore"):
+            beyond = int(np.count_nonzero(~(err <= base)))
+        bound, note = self._bound(e, ix, keep, want, base, beyond, len(got))
+        if m.role in ("kq", "kq_soft_max", "flash_attn") and m.quantity in ("kq", "kq_soft_max", "kqv"):
+            self.summary.cover(m.role, s.values[0].shape, keep, m.labels)
+        res = compare(check_name(m), node, got, want, bound, self._locator(m, s, np.nonzero(keep), L, n_past, T),
+                      note=note)
+        res.error_model = e.model
+        if len(got) < s.values[0].size:
+            res.unchecked, res.why_unchecked = s.values[0].size - len(got), "not of the --head heads"
+        self._nmse(res, err, want, NMSE_MAX if e.derived else NMSE_CASCADE)
+        self.summary.note(evaluation, L.layer, node, res, e.model, beyond)
+        out = [res]
+        if self.heads is None:
+            out.append(self._sum(node, s, e, ix, bound, run))
+        return out
+
+    def _bound(self, e: Expectation, ix, keep, want, base, beyond: int, n: int) -> tuple[np.ndarray, str]:
+        """Derived: the flips are allowed while few elements need them; cascade: TAU·rms over the live values."""
+        if e.derived:
+            allowed = math.ceil(FLIP_SHARE * n)
+            if e.flips is None:
+                return base, ""
+            if beyond <= allowed:
+                return base + e.flips[ix][keep], ""
+            return base, (f"{beyond} of {n} printed elements are beyond print precision; rounding flips explain "
+                          f"at most {allowed}, so none is allowed")
+        live = want[e.valid[ix][keep] > 0]  # not the empty cache slots: they hold no value of the tensor
+        rms = float(np.sqrt(np.mean(live**2))) if len(live) else 0.0
+        return base + self.tau * rms, ""
+
+    @staticmethod
+    def _nmse(res: CheckResult, err: np.ndarray, want: np.ndarray, nmse_max: float) -> None:
+        """NMSE over the compared elements; beyond nmse_max fails the node on its own."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            den = float(np.sum(want**2))
+            num = float(np.sum(err**2))
+        res.nmse = num / den if den > 0 else (0.0 if num == 0 else math.inf)
+        if not res.nmse <= nmse_max:
+            res.failed += 1
+            res.failures.append(Failure(None, res.nmse, 0.0, nmse_max))
+            res.note = (res.note + "; " if res.note else "") + f"NMSE {res.nmse:.2e} > {nmse_max:g}"
+
+    def _head_mask(self, m: Mapped, s: Sample, L: Layer) -> np.ndarray:
+        """[p2, p1, p0] printed elements to compare: all, or those of the --head heads (and the KV heads they read)."""
+        shape = s.values.shape[1:]
+        if self.heads is None:
+            return np.ones(shape, bool)
+        group = L.H // L.H_kv
+        kv_heads = {h // group for h in self.heads}
+        keep = np.ones(shape, bool)
+        for axis, label in enumerate(m.labels):
+            logical = s.index[1 + axis]
+            if label == "head":
+                sel = np.isin(logical, sorted(self.heads))
+            elif label == "kvhead":
+                sel = np.isin(logical, sorted(kv_heads))
+            elif label == "col":
+                per = m.quantity in ("k", "v", "Kcur", "Vcur")
+                sel = np.isin(logical // L.D_h, sorted(kv_heads if per else self.heads))
+            else:
+                continue
+            keep &= sel.reshape([-1 if a == axis else 1 for a in range(3)])
+        return keep
+
+    @staticmethod
+    def _locator(m: Mapped, s: Sample, idx, L: Layer, n_past: int, T: int):
+        """Element i of the compared (flattened) elements → its Location."""
+        logical = [s.index[1 + a][idx[a]] for a in range(3)]
+        n_rows = m.node.ne[1]
+
+        def where(i: int) -> Location:
+            at: dict[str, int | None] = {"head": None, "query": None, "slot": None, "dim": None, "pos": None}
+            for label, values in zip(m.labels, logical):
+                v = int(values[i])
+                if label in ("head", "kvhead"):
+                    at["head"] = v
+                elif label == "query":
+                    at["query"] = v
+                elif label == "row":
+                    at["query"] = T - n_rows + v
+                elif label == "slot":
+                    at["slot"] = v
+                elif label == "dim":
+                    at["dim"] = v
+                elif label == "col":
+                    if m.quantity == "rows":
+                        at["dim"] = v
+                    else:
+                        at["head"], at["dim"] = divmod(v, L.D_h)
+            if at["query"] is not None:
+                at["pos"] = n_past + at["query"]
+            elif at["slot"] is not None:
+                at["pos"] = at["slot"]
+            return Location(**at)
+
+        return where
+
+    @staticmethod
+    def _sum(node, s: Sample, e: Expectation, ix, bound: np.ndarray, run: Run) -> CheckResult:
+        """The `sum =` line: the whole tensor today, the printed values only before llama.cpp PR #15637."""
+        full = e.full
+        got = s.sums[0]
+        n_valid = int(np.count_nonzero(e.valid))
+        mag = float(np.abs(full).sum())
+        want = float(full.sum())
+        own = F32_REL * mag + float(e.extra.sum())
+        if e.derived:
+            own += float(e.flips.sum()) if e.flips is not None else 0.0
+        else:
+            own += math.sqrt(n_valid * NMSE_CASCADE * float(np.sum(full**2)))
+        b_full = own + precision.sum_bound(n_valid, mag)
+        where = lambda i: None  # noqa: E731  (a whole-tensor value has no element)
+        res = compare("model_sum", node, [got], [want], [b_full], where, note="full tensor")
+        printed = full[ix]
+        if printed.size != full.size:  # elided: the two meanings of `sum` differ
+            p_want = float(printed.sum())
+            p_bound = float(np.sum(bound)) + precision.sum_bound(printed.size, float(np.abs(printed).sum()))
+            alt = compare("model_sum", node, [got], [p_want], [p_bound], where,
+                          note="printed values only (llama.cpp before PR #15637 summed what it printed)")
+            if run.sum_mode is None and e.derived and res.passed != alt.passed:  # a tight bound tells them apart
+                run.sum_mode = "full tensor" if res.passed else "printed values"
+            if run.sum_mode == "printed values" or (run.sum_mode is None and alt.ratio < res.ratio):
+                res = alt
+        res.error_model = e.model
+        res.worst = None
+        return res

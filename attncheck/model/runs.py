@@ -1,0 +1,180 @@
+"""Run bookkeeping for `--model`: each llama.cpp run's token ids, its reference forward pass in the arithmetic of
+the build that made the dump (chosen on layer 0), and what the JSON keeps of it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..dump.graph import Evaluation
+from ..dump.sample import parse_sample
+from ..errors import DumpError
+from .bounds import F32_REL, FLIP_SHARE, PRINT
+from .expect import Expected
+from .mapping import CANONICAL, Layer, arrange
+from .reference import KV_TYPES, forward
+from .weights import Model
+
+
+def parse_tokens(text: str | None) -> tuple[int, ...] | None:
+    """`--tokens 1,2,3` → (1, 2, 3); spaces allowed. ValueError names what is not a token id."""
+    if text is None:
+        return None
+    parts = [p for p in text.replace(" ", ",").split(",") if p]
+    try:
+        ids = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"--tokens takes comma-separated token ids, not {text!r}") from None
+    if not ids or min(ids) < 0:
+        raise ValueError(f"--tokens takes comma-separated token ids >= 0, not {text!r}")
+    return ids
+
+
+@dataclass
+class Run:
+    """One llama.cpp run being checked: its tokens, where they came from, its reference, what it has seen."""
+
+    index: int
+    tokens: tuple[int, ...]
+    origin: str  # "log" | "--tokens"
+    expected: Expected | None = None
+    T_seen: int = 0
+    line: int = 0
+    arithmetic: dict = field(default_factory=dict)
+    sum_mode: str | None = None  # what `sum =` adds up, once a layer-0 node's tight bound told it
+
+
+@dataclass
+class Runs:
+    """The run being checked and those finished; a new run starts the reference over."""
+
+    model: Model
+    source: str
+    tokens: tuple[int, ...] | None  # --tokens
+    current: Run | None = None
+    finished: list[dict] = field(default_factory=list)
+
+    def of(self, ev: Evaluation, layers: list[Layer]) -> Run:
+        """The run this evaluation belongs to: the current one, or a new one started on it."""
+        run = self.current
+        if run is None or run.index != ev.run:
+            run = self.start(ev, layers)
+        self.check_shapes(layers)
+        self.check_count(run, ev, layers)
+        run.T_seen = (ev.n_past or 0) + layers[0].T
+        return run
+
+    def start(self, ev: Evaluation, layers: list[Layer]) -> Run:
+        self.finish()
+        line = layers[0].anchor.line
+        given, logged = self.tokens, ev.tokens
+        if logged is not None and len(logged) == 0:
+            logged = None
+        if logged is None and given is None:
+            raise DumpError(self.source, line, "the log holds no token ids (llama.cpp before the `number of input "
+                                               "tokens` lines); pass them with --tokens 1,2,3")
+        if logged is not None and given is not None and tuple(given) != tuple(logged):
+            raise DumpError(self.source, line, f"--tokens {','.join(map(str, given))} differ from the token ids "
+                                               f"the log printed ({','.join(map(str, logged))})")
+        tokens, origin = (logged, "log") if logged is not None else (given, "--tokens")
+        run = Run(ev.run, tuple(tokens), origin, line=line)  # type: ignore[arg-type]
+        self.check_count(run, ev, layers)
+        self.check_shapes(layers)
+        kv = layers[0].kv_type or "f16"
+        if kv not in KV_TYPES:
+            raise DumpError(self.source, line, f"the KV cache is {kv}: --model emulates {', '.join(KV_TYPES)} caches "
+                                               "only")
+        run.expected = self._calibrated(ev, layers, run, kv, line)
+        self.current = run
+        return run
+
+    def _reference(self, tokens: tuple[int, ...], kv: str, f16_src1: str, line: int) -> Expected:
+        try:
+            return Expected(forward(self.model, tokens, kv_type=kv, f16_src1=f16_src1), kv, self.model)
+        except ValueError as e:
+            raise DumpError(self.source, line, f"the tokens do not fit the model {self.model.path}: {e}") from None
+
+    def _calibrated(self, ev: Evaluation, layers: list[Layer], run: Run, kv: str, line: int) -> Expected:
+        """The reference in the arithmetic this llama.cpp build used (reference.F16_SRC1), chosen on layer 0.
+
+        An f16 src0 (F16 weights, an f16 V cache) multiplies a contiguous f32 src1 either converted to f16 (today)
+        or as f32 (2024 builds with llamafile's tinyBLAS). Both are correct llama.cpp; they differ by ~1e-3 in
+        layer 0's Qcur, which layer 0's bound must not absorb. The one whose layer-0 q and kqv fit print precision
+        (all but the rare flips) is used, and the JSON says which.
+        """
+        exp = self._reference(run.tokens, kv, "convert", line)
+        run.arithmetic = {"f16_src1": "convert"}
+        first = next((L for L in layers if L.mapped and L.mapped[0].ref_layer == 0), None)
+        if first is None:
+            return exp
+        beyond, n = self._misfit(first, exp, ev.n_past or 0)
+        if n == 0 or beyond <= FLIP_SHARE * n:
+            return exp
+        alt = self._reference(run.tokens, kv, "f32", line)
+        beyond_alt, _ = self._misfit(first, alt, ev.n_past or 0)
+        run.arithmetic = {"f16_src1": "convert", "layer0_beyond_print": {"convert": beyond, "f32": beyond_alt},
+                          "of": n}
+        if beyond_alt < beyond:
+            run.arithmetic["f16_src1"] = "f32"
+            return alt
+        return exp
+
+    def _misfit(self, L: Layer, exp: Expected, n_past: int) -> tuple[int, int]:
+        """Layer 0's printed q and kqv elements beyond print precision (5e-5 + 2^-20|ref|), and how many there are."""
+        beyond = total = 0
+        for m in L.mapped:
+            if m.quantity not in ("q", "kqv") or L.flash or m.node.cut:
+                continue
+            full = arrange(exp.value(m.quantity, m.role, 0), CANONICAL[m.quantity], m.labels, m.node, n_past, L.T)
+            if full is None:
+                continue
+            s = parse_sample(m.node, self.source)
+            want = full[np.ix_(*s.index[1:])]
+            with np.errstate(invalid="ignore"):
+                beyond += int(np.count_nonzero(~(np.abs(s.values[0] - want) <= PRINT + F32_REL * np.abs(want))))
+            total += want.size
+        return beyond, total
+
+    def check_count(self, run: Run, ev: Evaluation, layers: list[Layer]) -> None:
+        """The run's token ids must cover this evaluation's queries, positions n_past .. n_past + T - 1."""
+        T, n_past = layers[0].T, ev.n_past
+        if n_past is None:
+            raise DumpError(self.source, layers[0].anchor.line, "cannot place this evaluation: an earlier one had "
+                                                                "no attention to count T")
+        if n_past + T > len(run.tokens):
+            said = "--tokens gives" if run.origin == "--tokens" else "the log printed"
+            raise DumpError(self.source, layers[0].anchor.line,
+                            f"{said} {len(run.tokens)} token ids, but this evaluation holds queries at positions "
+                            f"{n_past}..{n_past + T - 1}")
+
+    def check_shapes(self, layers: list[Layer]) -> None:
+        """Every layer's heads and widths must be the model's: else the dump is of another model."""
+        hp, path = self.model.hparams, self.model.path
+        for L in layers:
+            got = (L.H, L.H_kv, L.D_h)
+            want = (hp.n_head, hp.n_head_kv, hp.head_dim)
+            if got != want or L.layer >= hp.n_layer:
+                raise DumpError(self.source, L.anchor.line,
+                                f"the model does not fit this dump: layer {L.layer} has {L.H} query heads, {L.H_kv} KV "
+                                f"heads of D_h = {L.D_h}; {path} ({hp.arch}) has {hp.n_layer} layers, "
+                                f"{hp.n_head} query heads, {hp.n_head_kv} KV heads of D_h = {hp.head_dim}")
+            for m in L.mapped:
+                if m.quantity == "rows":
+                    width = hp.n_vocab if m.role == "result_output" else hp.n_embd
+                    if m.node.ne[0] != width:
+                        raise DumpError(self.source, m.node.line,
+                                        f"the model does not fit this dump: '{m.node.name}' ({m.role}) is "
+                                        f"{m.node.ne[0]} wide; {path} ({hp.arch}) gives {width}")
+
+    def finish(self, complete: bool = True) -> None:
+        """The end of a run: --tokens must have given exactly its tokens (unless checking stopped early)."""
+        run = self.current
+        if run is None:
+            return
+        self.finished.append({"run": run.index, "tokens": list(run.tokens), "tokens_from": run.origin,
+                              "kv_type": run.expected.kv_type if run.expected else None, "queries_seen": run.T_seen,
+                              "arithmetic": run.arithmetic, "sums_of": run.sum_mode})
+        self.current = None
+        if complete and run.origin == "--tokens" and run.T_seen != len(run.tokens):
+            raise DumpError(self.source, run.line, f"--tokens gives {len(run.tokens)} token ids, but the run's "
+                                                   f"evaluations hold {run.T_seen} queries")

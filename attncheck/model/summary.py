@@ -1,0 +1,67 @@
+"""What `--model` keeps of a whole dump for the JSON `model` block: per checked node a note, coverage of the
+attention nodes, what was skipped, the first node beyond print precision and the first failing one."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..results import CheckResult, json_number
+
+
+@dataclass
+class NodeNote:
+    """What the summary keeps per checked node (graph order = evaluation, then line)."""
+
+    evaluation: int
+    layer: int
+    node: str
+    line: int
+    check: str
+    error_model: str
+    max_error: float
+    nmse: float
+    beyond_print: int
+    passed: bool
+
+
+@dataclass
+class Summary:
+    notes: list[NodeNote] = field(default_factory=list)
+    coverage: dict[str, dict[str, int]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+
+    def note(self, evaluation: int, layer: int, node, res: CheckResult, error_model: str, beyond: int) -> None:
+        self.notes.append(NodeNote(evaluation, layer, node.name, node.line, res.check, error_model, res.max_error,
+                                   res.nmse, beyond, res.passed))
+
+    def cover(self, role: str, shape: tuple[int, ...], keep: np.ndarray, labels: tuple[str, str, str]) -> None:
+        """Count printed elements and query rows (head × query) of kq, kq_soft_max and FLASH_ATTN_EXT checked."""
+        c = self.coverage.setdefault(role, {"elements_printed": 0, "elements_checked": 0, "query_rows_printed": 0,
+                                            "query_rows_checked": 0})
+        last = 2 if labels[2] in ("slot", "dim") else 1  # the axis along a row
+        rows = keep.all(axis=last)
+        c["elements_printed"] += int(np.prod(shape))
+        c["elements_checked"] += int(keep.sum())
+        c["query_rows_printed"] += rows.size
+        c["query_rows_checked"] += int(rows.sum())
+
+    def first(self, pred) -> dict | None:
+        """The first note, in graph order, that pred holds for."""
+        ordered = sorted(self.notes, key=lambda n: (n.evaluation, n.line))
+        n = next((x for x in ordered if pred(x)), None)
+        return None if n is None else {
+            "evaluation": n.evaluation, "layer": n.layer, "node": n.node, "line": n.line, "check": n.check,
+            "max_error": json_number(n.max_error), "nmse": json_number(n.nmse), "beyond_print": n.beyond_print}
+
+    def by_check(self) -> dict[str, dict]:
+        """Per check kind: nodes, the largest error and NMSE, how many failed."""
+        kinds: dict[str, dict] = {}
+        for n in self.notes:
+            k = kinds.setdefault(n.check, {"nodes": 0, "max_error": 0.0, "max_nmse": 0.0, "failed": 0})
+            k["nodes"] += 1
+            k["max_error"] = max(k["max_error"], n.max_error)
+            k["max_nmse"] = max(k["max_nmse"], n.nmse)
+            k["failed"] += not n.passed
+        return {k: {**v, "max_error": json_number(v["max_error"]), "max_nmse": json_number(v["max_nmse"])}
+                for k, v in sorted(kinds.items())}

@@ -1,0 +1,139 @@
+"""What every checker returns: per-element comparisons that know their worst error, the bound there and the factor
+the bound would have needed (Polygraphy-style), gathered per evaluation × layer.
+
+Comparing lives here; reporting (tables, JSON, JUnit) lives in check/report.py and check/render.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+MAX_FAILURES = 20  # failing elements kept per check for the report
+
+
+class Location(NamedTuple):
+    """The logical place of an element: head, query (index in the evaluation), and a slot or a dim.
+
+    --model checks also give pos, the token position (n_past + query, or the slot of a K/V cache row), and leave
+    out what a node has no axis for (head of a [T, n_embd] row, query of a cache row).
+    """
+
+    head: int | None
+    query: int | None
+    slot: int | None = None
+    dim: int | None = None
+    pos: int | None = None
+
+
+def describe(at: Location | None) -> str:
+    """A Location as words, for tables, failure lines and JUnit messages: "head 3, query 1, slot 0"."""
+    if at is None:
+        return "whole tensor"
+    parts = [f"{k} {getattr(at, k)}" for k in ("head", "query", "slot", "dim") if getattr(at, k) is not None]
+    if at.pos is not None:
+        parts.append(f"position {at.pos}")
+    return ", ".join(parts)
+
+
+class Failure(NamedTuple):
+    at: Location | None
+    got: float
+    want: float
+    bound: float
+
+
+@dataclass
+class CheckResult:
+    """One check on one node: it knows whether it passed and the tolerance it would have needed."""
+
+    check: str  # masked | softmax | softmax_ratio | pv | sum | finite | model_*
+    node: str
+    line: int
+    checked: int = 0  # elements compared
+    unchecked: int = 0  # printed elements this check could not compare
+    why_unchecked: str = ""
+    max_error: float = 0.0  # largest |dumped − recomputed|
+    bound: float = 0.0  # the bound at that element
+    ratio: float = 0.0  # largest error/bound: the factor the bounds would have needed (≤ 1 passes)
+    worst: Location | None = None
+    failed: int = 0  # elements beyond their bound
+    failures: list[Failure] = field(default_factory=list)
+    note: str = ""
+    nmse: float | None = None  # --model: sum(err^2) / sum(ref^2) over the compared elements
+    error_model: str | None = None  # --model: which error model gave the bounds (model/checker.py)
+
+    @property
+    def passed(self) -> bool:
+        return self.failed == 0
+
+
+class FixedTolerance(NamedTuple):
+    """check --atol/--rtol: |dumped − recomputed| ≤ atol + rtol·|recomputed|, in place of the derived per-element
+    bounds (diff's Tolerance is diff's own: two dumps against each other, or per-op NMSE)."""
+
+    atol: float
+    rtol: float
+
+    def bound(self, want) -> np.ndarray:
+        return self.atol + self.rtol * np.abs(np.asarray(want, dtype=np.float64))
+
+
+def compare(check: str, node, got, want, bound, where, unchecked=0, why="", note="",
+            tol: FixedTolerance | None = None) -> CheckResult:
+    """Compare flat arrays element by element; `where(i)` names element i. NaN or inf never passes.
+
+    tol (--atol/--rtol) replaces the derived bounds."""
+    got, want, bound = (np.asarray(a, dtype=np.float64).ravel() for a in (got, want, bound))
+    if tol is not None:
+        bound = tol.bound(want)
+    res = CheckResult(check, node.name, node.line, checked=len(got), unchecked=unchecked, why_unchecked=why, note=note)
+    if not len(got):
+        return res
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        err = np.abs(got - want)
+        err = np.where(np.isfinite(got) & np.isfinite(want) & ~np.isnan(err), err, np.inf)
+        ratio = np.where(err == 0, 0.0, err / bound)
+    bad = np.flatnonzero(~(err <= bound))
+    worst = int(np.argmax(ratio))
+    res.max_error, res.bound, res.ratio = float(err[worst]), float(bound[worst]), float(ratio[worst])
+    res.worst, res.failed = where(worst), len(bad)
+    res.failures = [Failure(where(int(i)), float(got[i]), float(want[i]), float(bound[i])) for i in bad[:MAX_FAILURES]]
+    return res
+
+
+@dataclass
+class SiteReport:
+    """The checks of one evaluation × layer: where the layer's attention sits, and every checker's results on it."""
+
+    evaluation: int
+    run: int
+    n_past: int
+    T: int
+    layer: int
+    H: int
+    H_kv: int
+    D_h: int | None
+    n_kv: int
+    kq_scale: float
+    nodes: dict[str, str | None]
+    line: int
+    results: list[CheckResult]
+    rows_whole: int  # printed softmax rows whose visible slots were all printed
+    rows_printed: int
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def result(self, check: str) -> CheckResult | None:
+        return next((r for r in self.results if r.check == check), None)
+
+    def checked(self, check: str) -> int:
+        return sum(r.checked for r in self.results if r.check == check)
+
+
+def json_number(x: float) -> float | str:
+    """JSON has no inf/nan: write them as strings."""
+    return x if x == x and abs(x) != float("inf") else str(x)

@@ -16,6 +16,9 @@ from .sample import CUT_ADVICE, fits
 
 # ops that pass scores through on their way to SOFT_MAX (kq_scaled, kq_tanh, kq_plus_kq_b, soft-capping)
 _SCORE_PASSTHROUGH = {"SCALE", "TANH", "ADD", "MUL", "CPY", "CONT", "RESHAPE", "VIEW", "PERMUTE", "UNARY"}
+_LAYOUT = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT", "CPY"}  # ops that move values without computing
+# layers with these ops and no SOFT_MAX have attention of another kind (hybrid models: Mamba, RWKV, delta-net)
+RECURRENT_OPS = ("SSM_SCAN", "SSM_CONV", "GATED_DELTA_NET", "GATED_LINEAR_ATTN", "RWKV_WKV6", "RWKV_WKV7")
 _LAYER = re.compile(r"-(\d+)(?:\s|$)")
 
 
@@ -25,9 +28,9 @@ class Site:
 
     kq:      MUL_MAT(k, q)          ne {n_kv, T, H, 1}    raw scores, not yet scaled
     softmax: SOFT_MAX(scores, mask) ne {n_kv, T, H, 1}    P = softmax(scores * kq_scale + mask)
-    kqv:     MUL_MAT(v, softmax)    ne {D_h, T, H, 1}     O = P V per head
-    k:       K cache view           ne {D_h, n_kv, H_kv, 1}
-    v:       V cache view           ne {n_kv, D_h, H_kv, 1}
+    kqv:     MUL_MAT(v, softmax)    ne {D_v, T, H, 1}     O = P V per head
+    k:       K cache view           ne {D_h, n_kv, H_kv, 1} (or Kcur itself without a cache)
+    v:       V cache view           ne {n_kv, D_v, H_kv, 1}
     q:       queries                ne {D_h, T, H, 1}
     """
 
@@ -64,6 +67,33 @@ class Site:
             return self.kq.srcs[0].ne[0]
         return self.kqv.ne[0] if self.kqv is not None else None
 
+    @property
+    def kv_cached(self) -> bool:
+        """K comes from a KV cache: back from kq's src0 through views only, to a tensor the graph did not compute
+        (the cache). Encoders read Kcur, computed in this graph, and have no cache."""
+        n = self.k
+        while n is not None and n.op in _LAYOUT:
+            if n.inputs[0] is None:
+                return True
+            n = n.inputs[0]
+        return n is None
+
+    def q_scale_node(self) -> Node | None:
+        """The SCALE node q passes through on its way to kq (gemma, phi3 pre-scale q), if printed."""
+        n = self.q
+        while n is not None and n.op in _LAYOUT | {"TRANSPOSE"}:
+            n = n.inputs[0]
+        return n if n is not None and n.op == "SCALE" else None
+
+    def steps(self) -> list[Node]:
+        """The printed nodes between kq and SOFT_MAX, in graph order (soft-capping, a score bias ADD)."""
+        out: list[Node] = []
+        n = self.scores
+        while n is not None and n is not self.kq:
+            out.append(n)
+            n = n.inputs[0]
+        return out[::-1]
+
 
 @dataclass(eq=False)
 class Evaluation:
@@ -77,6 +107,7 @@ class Evaluation:
     nodes: list[Node] = field(default_factory=list)
     sites: list[Site] = field(default_factory=list)
     flash: list[Node] = field(default_factory=list)  # FLASH_ATTN_EXT nodes: no scores or weights printed
+    other_softmax: list[Node] = field(default_factory=list)  # SOFT_MAX that is not attention (MoE routers, pooling)
     damaged: list[int] = field(default_factory=list)  # lines of lost or garbled text within this evaluation
     damaged_names: dict[str, int] = field(default_factory=dict)  # node name → line of its damaged header
 
@@ -89,16 +120,47 @@ class Evaluation:
             return self.flash[0].ne[2]
         return None
 
+    def layer_kinds(self) -> dict[int, str]:
+        """What attention each numbered layer has: softmax, flash, recurrent (the op), or none; layers are read from
+        the `-L` suffix of node names, the way llama.cpp names every node of layer L."""
+        ops: dict[int, set[str]] = {}
+        for n in self.nodes:
+            m = _LAYER.search(n.name)
+            if m:
+                ops.setdefault(int(m.group(1)), set()).add(n.op)
+        kinds = {L: next((f"recurrent ({op})" for op in RECURRENT_OPS if op in o), "none") for L, o in ops.items()}
+        for s in self.sites:
+            kinds[s.layer] = "softmax"
+        for f in self.flash:
+            kinds[_layer_of(f, -1)] = "flash"
+        kinds.pop(-1, None)
+        return dict(sorted(kinds.items()))
+
 
 def _layer_of(node: Node, fallback: int) -> int:
     m = _LAYER.search(node.name)
     return int(m.group(1)) if m else fallback
 
 
-def find_sites(nodes: list[Node]) -> tuple[list[Site], list[Node]]:
-    """Attention sites of one evaluation: each SOFT_MAX, back to its MUL_MAT(k, q), on to the MUL_MAT(v, P)."""
+def _scores_matmul(softmax: Node) -> Node | None:
+    """The MUL_MAT(k, q) behind a SOFT_MAX: back through the ops that pass scores on, to a MUL_MAT of two activations
+    (a weight's MUL_MAT, as an MoE router's logits, has an unprinted src0 named `*.weight`)."""
+    n = softmax.inputs[0]
+    while n is not None and n.op != "MUL_MAT" and n.op in _SCORE_PASSTHROUGH:
+        n = n.inputs[0]
+    if n is None or n.op != "MUL_MAT" or n.inputs[1] is None:
+        return None
+    if n.inputs[0] is None and (n.srcs[0] is None or n.srcs[0].name.endswith(".weight")):
+        return None
+    return n
+
+
+def find_sites(nodes: list[Node]) -> tuple[list[Site], list[Node], list[Node]]:
+    """Attention sites of one evaluation, found by structure: a SOFT_MAX whose scores descend from MUL_MAT(k, q)
+    and that a MUL_MAT(v, P) reads. Also the FLASH_ATTN_EXT nodes, and the SOFT_MAXes that are not attention."""
     sites: list[Site] = []
     flash: list[Node] = []
+    other: list[Node] = []
     readers: dict[int, Node] = {}  # id(softmax) -> the first MUL_MAT that reads it as src1
     for node in nodes:
         if node.op == "MUL_MAT" and node.inputs[1] is not None and node.inputs[1].op == "SOFT_MAX":
@@ -108,26 +170,24 @@ def find_sites(nodes: list[Node]) -> tuple[list[Site], list[Node]]:
             flash.append(node)
         if node.op != "SOFT_MAX":
             continue
-        scores = node.inputs[0]
-        kq = scores
-        while kq is not None and kq.op != "MUL_MAT" and kq.op in _SCORE_PASSTHROUGH:
-            kq = kq.inputs[0]
-        if kq is not None and kq.op != "MUL_MAT":
-            kq = None
+        kq = _scores_matmul(node)
+        if kq is None:
+            other.append(node)
+            continue
         kqv = readers.get(id(node))
         sites.append(
             Site(
-                layer=_layer_of(node, _layer_of(kq, len(sites)) if kq is not None else len(sites)),
+                layer=_layer_of(node, _layer_of(kq, len(sites))),
                 softmax=node,
-                scores=scores,
+                scores=node.inputs[0],
                 kq=kq,
-                k=kq.inputs[0] if kq is not None else None,
-                q=kq.inputs[1] if kq is not None else None,
+                k=kq.inputs[0],
+                q=kq.inputs[1],
                 kqv=kqv,
                 v=kqv.inputs[0] if kqv is not None else None,
             )
         )
-    return sites, flash
+    return sites, flash, other
 
 
 class Dump:
@@ -166,7 +226,7 @@ class Dump:
         tokens: tuple[int, ...] | None = None
 
         def finish(ev: Evaluation, final: bool = False) -> Evaluation:
-            ev.sites, ev.flash = find_sites(ev.nodes)
+            ev.sites, ev.flash, ev.other_softmax = find_sites(ev.nodes)
             self._check_whole(ev, final)
             return ev
 

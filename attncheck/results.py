@@ -122,6 +122,7 @@ class SiteReport:
     results: list[CheckResult]
     rows_whole: int  # printed softmax rows whose visible slots were all printed
     rows_printed: int
+    facts: dict = field(default_factory=dict)  # the attention facts its checks used (scale, mask, window, ...)
 
     @property
     def passed(self) -> bool:

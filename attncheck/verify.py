@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
+from .arch.facts import OPTION, AttentionFacts, Fact
 from .check.dumponly import DumpChecker
 from .check.report import Report
 from .dump.graph import Dump, Evaluation, read_dump
@@ -39,18 +40,28 @@ def _options(options: Options | None, kw: dict) -> Options:
 
 
 def merge(*per_checker: list[SiteReport]) -> list[SiteReport]:
-    """One SiteReport per layer: the first checker's (dump-only) with the others' results added; a layer only a
-    later checker reports (flash attention, which only --model checks) follows in that checker's order."""
-    out: list[SiteReport] = []
-    by_layer: dict[int, SiteReport] = {}
-    for reports in per_checker:
-        for sr in reports:
-            if sr.layer in by_layer:
-                by_layer[sr.layer].results.extend(sr.results)
+    """One SiteReport per evaluation × layer: the first checker's (dump-only) with the others' results added; a
+    layer only a later checker reports (flash attention, which only --model checks) follows the evaluation's others."""
+    by_key: dict[tuple[int, int], SiteReport] = {}
+    order: list[tuple[int, int, int]] = []  # evaluation, which checker, position
+    for c, reports in enumerate(per_checker):
+        for i, sr in enumerate(reports):
+            key = (sr.evaluation, sr.layer)
+            if key in by_key:
+                by_key[key].results.extend(sr.results)
             else:
-                by_layer[sr.layer] = sr
-                out.append(sr)
-    return out
+                by_key[key] = sr
+                order.append((sr.evaluation, c, i))
+    firsts = {(c, i): sr for c, reports in enumerate(per_checker) for i, sr in enumerate(reports)}
+    return [firsts[(c, i)] for _, c, i in sorted(order)]
+
+
+def given_facts(opts: Options) -> AttentionFacts:
+    """The facts options give; the rest stay open to the hypotheses of check/hypotheses.py."""
+    facts = AttentionFacts()
+    if opts.kq_scale is not None:
+        facts = facts.with_(kq_scale=Fact(float(opts.kq_scale), OPTION, "--kq-scale"))
+    return facts
 
 
 def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
@@ -63,34 +74,46 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
     report = Report(source=dump.source, kq_scale=opts.kq_scale, tolerance=opts.tolerance)
-    checker = DumpChecker(dump.source, opts.kq_scale, opts.layers, opts.heads, opts.tolerance)
+    checker = DumpChecker(dump.source, given_facts(opts), opts.layers, opts.heads, opts.tolerance)
     model = None
     if opts.model is not None:
         from .model.checker import ModelChecker  # imports gguf: only when a model is given
 
         model = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens,
                              layers=opts.layers, heads=opts.heads)
+    from_dump: list[SiteReport] = []
+    from_model: list[SiteReport] = []
     for ev in dump.evaluations():
         report.evaluations += 1
         report.flash_nodes += len(ev.flash)
-        for sr in merge(checker.check(ev), model.check(ev) if model is not None else []):
-            report.sites.append(sr)
-            if opts.fail_fast and not sr.passed:
-                report.stopped_early = True
-                break
+        new_dump = checker.check(ev)
+        new_model = model.check(ev) if model is not None else []
+        from_dump += new_dump
+        from_model += new_model
         if progress is not None:
             progress(dump, ev)
-        if report.stopped_early:
+        if opts.fail_fast and any(not sr.passed for sr in (*new_dump, *new_model)):
+            report.stopped_early = True
             break
-    summary = checker.finish(complete=not report.stopped_early)
+    held, summary = checker.finish(complete=not report.stopped_early)
+    from_dump += held
     if model is not None:
-        report.model = model.finish(complete=not report.stopped_early)
+        more, report.model = model.finish(complete=not report.stopped_early)
+        from_model += more
+    for sr in merge(from_dump, from_model):
+        report.sites.append(sr)
+        if opts.fail_fast and not sr.passed:
+            report.stopped_early = True
+            break
     report.layers_seen = summary.layers_seen
+    report.layer_kinds = summary.layer_kinds
+    report.other_softmax = summary.other_softmax
+    report.facts = summary.facts
     report.inferred_kq_scale, report.inferred_rows, report.hint = (summary.inferred_kq_scale, summary.inferred_rows,
                                                                    summary.hint)
     report.runs = len(dump.runs) or (1 if report.evaluations else 0)
     report.tokens = [r.tokens for r in dump.runs]
-    report.warnings = [f"{dump.source}:{n.line}: {n.message}" for n in dump.notes]
+    report.warnings = [f"{dump.source}:{n.line}: {n.message}" for n in dump.notes] + summary.warnings
     if dump.cut is not None and not report.stopped_early:
         report.warnings.append(
             f"{dump.source}:{dump.cut.line}: the output ends inside node '{dump.cut.name}' "

@@ -1,25 +1,37 @@
-"""The dump-only checker: every attention site of an evaluation recomputed from other printed numbers.
+"""The dump-only checker: every attention site recomputed from other printed numbers, under facts pinned per run.
 
 Per site: printed values are numbers, masked weights are 0, softmax of whole rows, weight ratios of the others,
-P·V, the SOFT_MAX sum line. Over the dump: kq_scale inferred from the data, and a hint when it would explain the
-softmax failures.
+P·V, the SOFT_MAX sum line, and the printed steps between kq and SOFT_MAX. A llama.cpp run's sites are gathered
+until the run ends, its facts pinned on all of them (hypotheses.py), then checked: a fact is pinned per run, never
+per row, so a wrong value cannot be explained away by a fact of its own.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..errors import DumpError
+import numpy as np
+
+from ..arch.facts import AttentionFacts
 from ..dump.graph import Evaluation, Site
 from ..dump.sample import parse_sample
-from ..results import FixedTolerance, SiteReport
-from . import checks
-from .heads import SiteView, select_heads, site_view
+from ..errors import DumpError
+from ..results import CheckResult, FixedTolerance, SiteReport
+from . import checks, steps
+from .heads import SiteView, Under, select_heads, site_view
+from .hypotheses import FIXED, MIN_FIT_SHARE, Scored, describe, inferred_scale, pin, site_facts
+
+MAX_BUFFERED = 20000  # sites of one run kept to pin its facts; past that, the rest of the run is checked as it comes
 
 
-def default_scale(site: Site) -> float:
-    """llama.cpp passes kq_scale = 1/sqrt(D_h) for GPT-2 and Llama (D_h = ne0 of q)."""
-    return 1.0 / math.sqrt(site.D_h) if site.D_h else 1.0
+@dataclass
+class Pending:
+    """A site waiting for its run's facts."""
+
+    evaluation: int
+    run: int
+    site: Site
+    view: SiteView  # every printed head (facts are pinned on all of them)
+    steps: list[steps.Step]
 
 
 @dataclass
@@ -27,41 +39,61 @@ class DumpSummary:
     """What the dump-only checks keep of a whole dump for the report."""
 
     layers_seen: set[int] = field(default_factory=set)  # layers with an attention site, checked or filtered out
+    layer_kinds: dict[int, str] = field(default_factory=dict)  # every numbered layer: softmax, flash, recurrent, none
+    other_softmax: list[str] = field(default_factory=list)  # SOFT_MAX nodes that are not attention
+    facts: list[dict] = field(default_factory=list)  # per run: the facts used, where each came from, rows pinned
     inferred_kq_scale: float | None = None
     inferred_rows: int = 0
     hint: str = ""
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
 class DumpChecker:
-    """Checks each site of each evaluation from the dump alone (the Checker interface of checker.py)."""
+    """Checks each site of each run from the dump alone (the Checker interface of checker.py).
+
+    given: facts from options, a model's header or the log; what it leaves at DEFAULT is pinned by hypotheses."""
 
     source: str
-    kq_scale: float | None = None  # None: 1/sqrt(D_h) per site
+    given: AttentionFacts = field(default_factory=AttentionFacts)
     layers: frozenset[int] | None = None
     heads: frozenset[int] | None = None
     tolerance: FixedTolerance | None = None
-    _num: float = 0.0  # infer_scale's pooled sums
-    _den: float = 0.0
-    _rows: int = 0
-    _failed: list[SiteView] = field(default_factory=list)  # views whose softmax checks failed, for the hint
+    _pending: list[Pending] = field(default_factory=list)
+    _run: int | None = None
+    _pinned: Scored | None = None  # facts pinned early, when a run outgrew MAX_BUFFERED
     _summary: DumpSummary = field(default_factory=DumpSummary)
+    _failed: list[Under] = field(default_factory=list)  # views whose softmax checks failed, for the hint
 
     def check(self, ev: Evaluation) -> list[SiteReport]:
-        out = []
+        out: list[SiteReport] = []
+        if self._run is not None and ev.run != self._run:
+            out += self._close()
+        if self._run is None:
+            self._run = ev.run
+            self._summary.layer_kinds.update(ev.layer_kinds())
+            self._summary.other_softmax += [f"{n.name} (line {n.line})" for n in ev.other_softmax]
         for site in ev.sites:
             self._summary.layers_seen.add(site.layer)
             if self.layers is not None and site.layer not in self.layers:
                 continue
-            sr, view = self._site(ev, site)
-            n, d, r = checks.infer_scale(view)
-            self._num, self._den, self._rows = self._num + n, self._den + d, self._rows + r
-            if any(not c.passed for c in sr.results if c.check in ("softmax", "softmax_ratio")):
-                self._failed.append(view)
-            out.append(sr)
+            self._pending.append(self._gather(ev, site))
+        if self._pinned is not None:
+            out += self._check_pending(self._pinned)
+        elif len(self._pending) > MAX_BUFFERED:
+            self._pinned = self._pin()
+            out += self._check_pending(self._pinned)
         return out
 
-    def _site(self, ev: Evaluation, site: Site) -> tuple[SiteReport, SiteView]:
+    def finish(self, complete: bool = True) -> tuple[list[SiteReport], DumpSummary]:
+        out = self._close()
+        s = self._summary
+        s.hint = self._hint()
+        return out, s
+
+    # ---- gathering ------------------------------------------------------------------------------------------
+
+    def _gather(self, ev: Evaluation, site: Site) -> Pending:
         src = self.source
         if ev.n_past is None:
             raise DumpError(src, site.softmax.line, "cannot place this evaluation: an earlier one had no attention "
@@ -71,55 +103,143 @@ class DumpChecker:
         O = parse_sample(site.kqv, src) if site.kqv is not None else None
         V = parse_sample(site.v, src) if site.v is not None and not site.v.quantized else None
         view = site_view(site, ev.n_past, P, S, O, V, src)
+        return Pending(ev.index, ev.run, site, view, self._steps(site, S))
+
+    def _steps(self, site: Site, S) -> list[steps.Step]:
+        """The printed steps between kq and SOFT_MAX, and q's pre-scale, with their printed inputs."""
+        out = []
+        sample = lambda n: None if n is None or n.quantized else parse_sample(n, self.source)  # noqa: E731
+        chain = site.steps()
+        pre = site.q_scale_node()
+        todo = [(f"scores.{i}", n) for i, n in enumerate(chain)] + ([("q", pre)] if pre is not None else [])
+        for key, n in todo:
+            y = S if n is site.scores and S is not None else sample(n)
+            a_node, b_node = n.inputs
+            a = sample(a_node) if a_node is not None and a_node.ne == n.ne else None
+            b = sample(b_node) if b_node is not None and b_node.ne == n.ne and n.op == "ADD" else None
+            out.append(steps.Step(key, n, y, a, b))
+        return out
+
+    # ---- pinning and checking -------------------------------------------------------------------------------
+
+    def _pin(self) -> Scored:
+        views = [p.view for p in self._pending]
+        scored, tried = pin(views, self.given)
+        fixed = self.given.kq_scale.origin in FIXED
+        record = {"run": self._pending[0].run if self._pending else self._run, **scored.facts.to_dict(),
+                  "rows": scored.rows, "rows_failing": scored.failing, "tried": tried}
+        if scored.rows and not fixed and scored.passing < MIN_FIT_SHARE * scored.rows:
+            record["unexplained"] = True
+            self._summary.warnings.append(
+                f"run {record['run']}: no stated hypothesis explains the printed weights ({scored.passing} of "
+                f"{scored.rows} rows fit the best: {describe(scored.facts)}); tried: {'; '.join(tried)}. Their "
+                "softmax, ratio, masked and P·V checks are not checkable; --model GGUF or --kq-scale pins the facts")
+        self._summary.facts.append(record)
+        got = inferred_scale(views, scored.facts) if views else None
+        if got is not None:
+            s = self._summary
+            rows = s.inferred_rows + got[1]
+            prev = (s.inferred_kq_scale or 0.0) * s.inferred_rows
+            s.inferred_kq_scale, s.inferred_rows = (prev + got[0] * got[1]) / max(rows, 1), rows
+        return scored
+
+    def _close(self) -> list[SiteReport]:
+        """The end of a run: pin its facts (unless pinned early) and check its sites."""
+        if self._run is None:
+            return []
+        pinned = self._pinned or self._pin()
+        out = self._check_pending(pinned)
+        self._run, self._pinned = None, None
+        return out
+
+    def _check_pending(self, pinned: Scored) -> list[SiteReport]:
+        unexplained = bool(self._summary.facts and self._summary.facts[-1].get("unexplained"))
+        factors = self._factors()
+        out = [self._report(p, pinned, factors, unexplained) for p in self._pending]
+        self._pending = []
+        return out
+
+    def _factors(self) -> dict[str, tuple[float, float] | None]:
+        """Each SCALE step's factor, pinned on every printed element of the run's sites."""
+        by_key: dict[str, list[steps.Step]] = {}
+        for p in self._pending:
+            for s in p.steps:
+                if s.node.op == "SCALE" and s.a is not None:
+                    by_key.setdefault(s.key, []).append(s)
+        out: dict[str, tuple[float, float] | None] = {}
+        for key, ss in by_key.items():
+            got = steps.pin_factor(ss)
+            out[key] = None if got is None else got[:2]
+        return out
+
+    def _report(self, p: Pending, pinned: Scored, factors: dict, unexplained: bool) -> SiteReport:
+        site, view = p.site, p.view
+        facts = site_facts(pinned.facts, view, pinned.extra)
         if self.heads is not None:
             view = select_heads(view, set(self.heads))
-        scale = self.kq_scale if self.kq_scale is not None else default_scale(site)
+        u = view.under(facts)
         tol = self.tolerance
-        results = [
-            *checks.finite(view),
-            checks.masked(view),
-            checks.softmax_rows(view, scale, tol),
-            checks.softmax_ratio(view, scale, tol),
-            checks.pv(view, tol),
-        ]
+        results = checks.finite(view)
+        why = ""
+        if not view.geometry.positions_known:
+            why = (f"the windowed KV cache ({view.geometry.n_kv} slots) has held {view.geometry.n_tokens} tokens: "
+                   "slots are reused, so which position each holds is not printed")
+        elif unexplained:
+            why = "no stated hypothesis explains this run's printed weights (see the warning)"
+        if why:
+            results += [CheckResult(c, site.softmax.name, site.softmax.line, unchecked=view.P.size, why_unchecked=why)
+                        for c in ("masked", "softmax", "softmax_ratio", "pv")]
+        else:
+            results += [checks.result("masked", site.softmax, view, checks.masked(u), "slot"),
+                        checks.result("softmax", site.softmax, view, checks.softmax_rows(u), "slot", tol),
+                        checks.result("softmax_ratio", site.softmax, view, checks.softmax_ratio(u), "slot", tol),
+                        checks.result("pv", site.kqv or site.softmax, view, checks.pv(u), "dim", tol)]
+            if any(not r.passed for r in results if r.check in ("softmax", "softmax_ratio")):
+                self._failed.append(u)
         if self.heads is None:
-            results.append(checks.softmax_sum(view, P.sums, P.values, tol))
-        sr = SiteReport(
-            evaluation=ev.index, run=ev.run, n_past=ev.n_past, T=site.T, layer=site.layer,
-            H=site.H, H_kv=site.H_kv, D_h=site.D_h, n_kv=site.n_kv, kq_scale=scale,
+            results.append(checks.softmax_sum(u, tol))
+        results += [steps.check_step(s, factors.get(s.key)) for s in p.steps]
+        return SiteReport(
+            evaluation=p.evaluation, run=p.run, n_past=view.n_past, T=site.T, layer=site.layer,
+            H=site.H, H_kv=site.H_kv, D_h=site.D_h, n_kv=site.n_kv, kq_scale=facts.kq_scale,
             nodes={"kq": site.kq.name if site.kq else None, "kq_soft_max": site.softmax.name,
                    "kqv": site.kqv.name if site.kqv else None, "v": site.v.name if site.v else None},
             line=site.softmax.line,
             results=results,
-            rows_whole=int(view.rows_whole.sum()) * len(view.heads),
+            rows_whole=0 if why else int(u.rows_whole.sum()) * len(view.heads),
             rows_printed=len(view.queries) * len(view.heads),
+            facts=_site_facts_dict(facts),
         )
-        return sr, view
-
-    def finish(self, complete: bool = True) -> DumpSummary:
-        s = self._summary
-        if self._den > 0:
-            s.inferred_kq_scale, s.inferred_rows = self._num / self._den, self._rows
-        s.hint = self._hint()
-        return s
 
     def _hint(self) -> str:
-        """When the softmax checks fail and the scale inferred from the data would pass them, say so.
-
-        The estimate carries print noise, so 1/sqrt(D_h) is tried first when it lies within 1% of it.
-        """
-        s = self._summary.inferred_kq_scale
-        if not self._failed or s is None:
+        """When softmax checks fail under a given scale and the data's own scale would pass them, say so."""
+        if not self._failed or self.given.kq_scale.origin not in FIXED:
             return ""
-        candidates = [s]
-        canonical = default_scale(self._failed[0].site)
-        if abs(s / canonical - 1) < 0.01:
-            candidates.insert(0, canonical)
-        tol = self.tolerance
+        got = inferred_scale([u.view for u in self._failed], self.given)
+        if got is None:
+            return ""
+        s, rows = got
+        default = site_facts(AttentionFacts(), self._failed[0].view).kq_scale
+        candidates = [default, s] if abs(s / default - 1) < 0.01 else [s]
         for c in candidates:
-            if all(checks.softmax_rows(v, c, tol).passed and checks.softmax_ratio(v, c, tol).passed
-                   for v in self._failed):
-                name = " = 1/sqrt(D_h)" if c == canonical else ""
-                return (f"the data suggest kq_scale = {c:.6g}{name} (inferred {s:.6g} from "
-                        f"{self._summary.inferred_rows} rows); pass --kq-scale {c:.6g} if the model uses it")
+            under = [u.view.under(replace(u.facts, kq_scale=c)) for u in self._failed]
+            if all(checks.softmax_rows(v).ok(self.tolerance).all() and checks.softmax_ratio(v).ok(self.tolerance).all()
+                   for v in under):
+                name = " = 1/sqrt(D_h)" if c == default else ""
+                return (f"the data suggest kq_scale = {c:.6g}{name} (inferred {s:.6g} from {rows} rows); "
+                        f"pass --kq-scale {c:.6g} if the model uses it")
         return ""
+
+
+def _site_facts_dict(f) -> dict:
+    out: dict = {"kq_scale": f.kq_scale, "mask": "causal" if f.causal else "non-causal"}
+    if f.window is not None:
+        out["window"] = {"n_swa": f.window.n, "kind": f.window.kind}
+    if f.slopes is not None:
+        out["alibi_slopes"] = [round(float(x), 6) for x in f.slopes]
+    if f.sinks is not None:
+        out["sinks"] = [None if not np.isfinite(x) else round(float(x), 4) for x in f.sinks]
+    if f.scale_err:
+        out["kq_scale_uncertainty"] = f.scale_err
+    return out
+

@@ -2,8 +2,8 @@
 
 GGML stores kq and kq_soft_max as {n_kv, T, H, 1}, i.e. numpy [H, T, n_kv]; kqv as {D_h, T, H, 1}, numpy
 [H, T, D_h]; the V cache view as {n_kv, D_h, H_kv, 1}, numpy [H_kv, D_h, n_kv]. Query head h reads KV head
-h // (H / H_kv) (GGML's broadcast in MUL_MAT). Query t sits at position n_past + t and may read slot j iff
-j <= n_past + t; every other slot (a later token of the same ubatch, or an empty slot) is masked to -inf.
+h // (H / H_kv) (GGML's broadcast in MUL_MAT). Which slots a query sees, and what SOFT_MAX adds to their scores,
+follows from the site's facts (mask.py): `view.under(facts)`.
 """
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from functools import cached_property
 
 import numpy as np
 
-from ..errors import DumpError
 from ..dump.graph import Site
 from ..dump.sample import Sample
+from ..errors import DumpError
+from .mask import Geometry, Mask, SiteFacts, full_mask
 
 
 def kv_head(h: np.ndarray | int, H: int, H_kv: int) -> np.ndarray | int:
@@ -22,21 +23,16 @@ def kv_head(h: np.ndarray | int, H: int, H_kv: int) -> np.ndarray | int:
     return h // (H // H_kv)
 
 
-def visible(positions: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """[t, j] True where slot j is visible to the query at that position (the causal mask, 0 / -inf)."""
-    return slots[None, :] <= positions[:, None]
-
-
 @dataclass(frozen=True)
 class SiteView:
     """The printed part of one site, per head. h, t, j, d are printed heads, queries, slots and dims.
 
-    S: [h, t, j] raw scores kq          P: [h, t, j] weights kq_soft_max
-    O: [h, t, d] kqv (None if absent)   V: [h, d, j] V_h of each printed head (0 where kv_printed is False)
+    S: [h, t, j] the scores SOFT_MAX reads     P: [h, t, j] weights kq_soft_max
+    O: [h, t, d] kqv (None if absent)          V: [h, d, j] V_h of each printed head (0 where kv_printed is False)
     """
 
     site: Site
-    n_past: int
+    geometry: Geometry
     heads: np.ndarray  # [h] logical head indices
     queries: np.ndarray  # [t] query indices within the evaluation (position n_past + t)
     slots: np.ndarray  # [j] KV slots
@@ -45,23 +41,76 @@ class SiteView:
     P: np.ndarray
     O: np.ndarray | None
     V: np.ndarray | None
-    v_type: str | None  # storage type of the V cache view (f16 by default)
+    v_type: str | None  # storage type of the V cache view (f16 by default; f32 without a cache)
     kv_printed: np.ndarray | None = None  # [h] the KV head this head reads was printed in the V view
+    sums: tuple[float, ...] = ()  # the SOFT_MAX `sum =` lines
+    P_all: np.ndarray | None = None  # every printed weight, all heads (what `sum` added up before PR #15637)
+
+    @property
+    def n_past(self) -> int:
+        return self.geometry.n_past
+
+    def under(self, facts: SiteFacts) -> "Under":
+        return Under(self, facts)
+
+
+@dataclass(frozen=True, eq=False)
+class Under:
+    """A view under the facts of its site: which printed slots each query sees, what SOFT_MAX adds to them."""
+
+    view: SiteView
+    facts: SiteFacts
+
+    @cached_property
+    def mask(self) -> Mask:
+        return Mask(self.view.geometry, self.facts, self.view.queries, self.view.slots)
 
     @cached_property
     def visible(self) -> np.ndarray:
-        """[t, j] slot j visible to query t."""
-        return visible(self.n_past + self.queries, self.slots)
+        """[t, j] printed slot j visible to printed query t."""
+        return self.mask.visible
+
+    @cached_property
+    def n_visible_all(self) -> np.ndarray:
+        """[T] how many slots each query of the evaluation sees, printed or not."""
+        return full_mask(self.view.geometry, self.facts).visible.sum(axis=1)
 
     @cached_property
     def n_visible(self) -> np.ndarray:
-        """[t] how many slots query t may read: n_past + t + 1."""
-        return self.n_past + self.queries + 1
+        """[t] how many slots each printed query sees, printed or not."""
+        return self.n_visible_all[self.view.queries]
 
     @cached_property
     def rows_whole(self) -> np.ndarray:
         """[t] every visible slot of the row was printed, so the row's softmax and P·V can be recomputed."""
         return self.visible.sum(axis=1) == self.n_visible
+
+    @cached_property
+    def bias(self) -> np.ndarray | None:
+        """[h, t, j] ALiBi's bias on the printed slots (None without ALiBi)."""
+        return self.mask.bias(self.view.heads)
+
+    @cached_property
+    def sinks(self) -> np.ndarray | None:
+        """[h] the sink logit of each printed head (None without sinks)."""
+        s = self.facts.sinks
+        return None if s is None else np.asarray(s, dtype=np.float64)[self.view.heads]
+
+    @cached_property
+    def sink_err(self) -> np.ndarray | None:
+        e = self.facts.sink_err
+        return None if e is None else np.asarray(e, dtype=np.float64)[self.view.heads]
+
+    @property
+    def scale(self) -> float:
+        return self.facts.kq_scale
+
+    def scaled(self) -> np.ndarray:
+        """[h, t, j] kq·scale + bias on visible slots, −inf on masked ones (what SOFT_MAX exponentiates)."""
+        x = self.view.S * self.scale
+        if self.bias is not None:
+            x = x + self.bias
+        return np.where(self.visible[None], x, -np.inf)
 
 
 def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | None, V: Sample | None,
@@ -90,7 +139,7 @@ def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | 
                 V_h[i], kv_printed[i] = V.values[0, g], True
     return SiteView(
         site=site,
-        n_past=n_past,
+        geometry=Geometry(n_past, site.T, site.n_kv, site.kv_cached),
         heads=heads,
         queries=queries,
         slots=slots,
@@ -101,6 +150,8 @@ def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | 
         V=V_h,
         v_type=V.node.type if V is not None else None,
         kv_printed=kv_printed,
+        sums=P.sums,
+        P_all=P.values,
     )
 
 
@@ -108,5 +159,6 @@ def select_heads(view: SiteView, heads: set[int]) -> SiteView:
     """The same view restricted to some logical heads (`--head`)."""
     keep = np.isin(view.heads, sorted(heads))
     pick = lambda a: None if a is None else a[keep]  # noqa: E731
-    return SiteView(view.site, view.n_past, view.heads[keep], view.queries, view.slots, view.dims,
-                    pick(view.S), view.P[keep], pick(view.O), pick(view.V), view.v_type, pick(view.kv_printed))
+    return SiteView(view.site, view.geometry, view.heads[keep], view.queries, view.slots, view.dims,
+                    pick(view.S), view.P[keep], pick(view.O), pick(view.V), view.v_type, pick(view.kv_printed),
+                    view.sums, view.P_all)

@@ -24,6 +24,9 @@ class Report:
     hint: str = ""
     warnings: list[str] = field(default_factory=list)
     layers_seen: set[int] = field(default_factory=set)  # layers with an attention site, checked or filtered out
+    layer_kinds: dict[int, str] = field(default_factory=dict)  # every numbered layer: softmax, flash, recurrent, none
+    other_softmax: list[str] = field(default_factory=list)  # SOFT_MAX nodes that are not attention (MoE routers)
+    facts: list[dict] = field(default_factory=list)  # per run: the attention facts used and where each came from
     stopped_early: bool = False
     model: dict | None = None  # --model: model_checks.ModelChecker.summary()
 
@@ -103,6 +106,9 @@ class Report:
             "tolerance": ({"origin": "derived per element from print precision and storage types"}
                           if self.tolerance is None else
                           {"origin": "--atol/--rtol", "atol": self.tolerance.atol, "rtol": self.tolerance.rtol}),
+            "facts": self.facts,
+            "layers": {str(k): v for k, v in sorted(self.layer_kinds.items())},
+            "other_softmax": self.other_softmax,
             "hint": self.hint or None,
             "reason": self.unverified_reason() if self.exit_code == EXIT_UNVERIFIED else None,
             "runs": self.runs,
@@ -126,7 +132,7 @@ def _site_dict(s: SiteReport) -> dict:
     return {
         "evaluation": s.evaluation, "run": s.run, "n_past": s.n_past, "T": s.T, "layer": s.layer,
         "H": s.H, "H_kv": s.H_kv, "D_h": s.D_h, "n_kv": s.n_kv, "kq_scale": s.kq_scale,
-        "nodes": s.nodes, "line": s.line, "passed": s.passed,
+        "nodes": s.nodes, "line": s.line, "passed": s.passed, "facts": s.facts,
         "softmax_rows": {"printed": s.rows_printed, "checked": s.rows_whole},
         "checks": [
             {

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import precision
 from ..check import bounds
-from ..check.dumponly import default_scale
+from ..check.hypotheses import default_scale
 from ..errors import DumpError
 from ..dump.graph import Dump, Evaluation, Site, read_dump
 from ..check.heads import kv_head
@@ -262,7 +262,7 @@ def head_walk(source: str, ev: Evaluation, site: Site, head: int, query: int | N
     else:
         query_origin = "--query"
     tp = _check_index(source, "query", query, T, P.index[2], f" (T = {T}, positions {n_past}..{n_past + T - 1})")
-    scale = kq_scale if kq_scale is not None else default_scale(site)
+    scale = kq_scale if kq_scale is not None else default_scale(site.D_h)
     H_kv = site.H_kv
     g = int(kv_head(head, H, H_kv)) if H_kv and H % H_kv == 0 else head
     notes: list[str] = []

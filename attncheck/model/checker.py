@@ -83,13 +83,14 @@ class ModelChecker:
             nodes={"flash_attn" if L.flash else "kq_soft_max": L.anchor.name}, line=L.anchor.line, results=results,
             rows_whole=0, rows_printed=0)
 
-    def finish(self, complete: bool = True) -> dict:
-        """The JSON `model` block: the model, the error models, per-kind figures, the first divergent node.
+    def finish(self, complete: bool = True) -> tuple[list[SiteReport], dict]:
+        """No SiteReport is held back; and the JSON `model` block: the model, the error models, per-kind figures,
+        the first divergent node.
 
         Ends the last run (complete: the dump was read to its end, so --tokens must match its queries)."""
         self.runs.finish(complete)
         hp, s = self.model.hparams, self.summary
-        return {
+        return [], {
             "path": self.path,
             "arch": hp.arch,
             "hparams": {"n_layer": hp.n_layer, "n_embd": hp.n_embd, "n_head": hp.n_head, "n_head_kv": hp.n_head_kv,

@@ -1,41 +1,56 @@
 #!/usr/bin/env bash
-# Build llama.cpp's `llama-eval-callback` from the llama.cpp sources vendored in the
-# llama-cpp-python 0.3.36 sdist (the sources that produced the dumps in fixtures/).
+# Build llama.cpp's `llama-eval-callback` and `llama-quantize` from the llama.cpp sources vendored in a
+# llama-cpp-python sdist: 0.3.36 (the sources that produced the dumps in fixtures/, the default) or 0.2.90
+# (August 2024, the older `ggml_debug:` format, for the upgrade tests of `attncheck diff`).
+#
+#   scripts/build_llama.sh [VERSION]      # last line of stdout: the llama-eval-callback path
 #
 # Installs into a cache folder outside the repository:
-#   ${ATTNCHECK_LLAMA_DIR:-$HOME/.cache/attncheck/llama-0.3.36}/bin/llama-eval-callback
-# The binary is linked statically against llama/ggml (-DBUILD_SHARED_LIBS=OFF), so it
-# runs from there. If a working binary is already there, nothing is built.
+#   ${ATTNCHECK_LLAMA_DIR:-$HOME/.cache/attncheck/llama-VERSION}/bin/{llama-eval-callback,llama-quantize}
+#   .../src      the llama.cpp sources (the ground truth per architecture: src/models/<arch>.cpp, gguf-py/)
+#   .../build    the cmake build folder, so a missing target is built without rebuilding the rest
+# The binaries are linked statically against llama/ggml (-DBUILD_SHARED_LIBS=OFF), so they run from there.
+# Each target that already runs is kept; only missing ones are built.
 #
-# Progress and build logs go to stderr; the last line of stdout is the binary path.
+# Progress and build logs go to stderr; the last line of stdout is the llama-eval-callback path.
 #
 # Environment:
-#   ATTNCHECK_LLAMA_DIR   install folder (default: $HOME/.cache/attncheck/llama-0.3.36)
+#   ATTNCHECK_LLAMA_DIR   install folder (default: $HOME/.cache/attncheck/llama-VERSION)
 #   ATTNCHECK_BUILD_JOBS  parallel build jobs (default: 2)
 #   ATTNCHECK_NATIVE      ON (default) tunes ggml for this CPU; OFF for a portable binary
 set -euo pipefail
 
-LLAMA_CPP_PYTHON_VERSION=0.3.36
-# sha256 of llama_cpp_python-0.3.36.tar.gz on PyPI (sdists there never change)
-SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-DIR="${ATTNCHECK_LLAMA_DIR:-$HOME/.cache/attncheck/llama-${LLAMA_CPP_PYTHON_VERSION}}"
-BIN="$DIR/bin/llama-eval-callback"
+VERSION="${1:-0.3.36}"
+# sha256 of each sdist on PyPI (sdists there never change)
+case "$VERSION" in
+    0.3.36) SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e ;;
+    0.2.90) SDIST_SHA256=419b041c62dbdb9f7e67883a6ef2f247d583d08417058776be0bff05b4ec9e3d ;;
+    *) printf 'build_llama: unknown version %s (0.3.36 or 0.2.90)\n' "$VERSION" >&2; exit 2 ;;
+esac
+DIR="${ATTNCHECK_LLAMA_DIR:-$HOME/.cache/attncheck/llama-${VERSION}}"
+TARGETS=(llama-eval-callback llama-quantize)
 JOBS="${ATTNCHECK_BUILD_JOBS:-2}"
 NATIVE="${ATTNCHECK_NATIVE:-ON}"
 
-log() { printf '[build_llama +%ss] %s\n' "$SECONDS" "$*" >&2; }
+log() { printf '[build_llama %s +%ss] %s\n' "$VERSION" "$SECONDS" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-# The binary "runs" if `--version` (or `--help`) exits cleanly.
+# A binary "runs" if `--version` (or `--help`) exits cleanly; llama-quantize prints its usage and exits 1.
 binary_runs() {
     [ -x "$1" ] || return 1
     "$1" --version >/dev/null 2>&1 && return 0
-    "$1" --help >/dev/null 2>&1
+    "$1" --help >/dev/null 2>&1 && return 0
+    # `|| true`: under pipefail the binary's own exit 1 (or SIGPIPE once grep -q has matched) would fail the pipe
+    { "$1" --help 2>&1 || true; } | grep -qi usage
 }
 
-if binary_runs "$BIN"; then
+missing_targets=()
+for t in "${TARGETS[@]}"; do
+    binary_runs "$DIR/bin/$t" || missing_targets+=("$t")
+done
+if [ "${#missing_targets[@]}" -eq 0 ] && [ -f "$DIR/src/CMakeLists.txt" ]; then
     log "already built"
-    printf '%s\n' "$BIN"
+    printf '%s\n' "$DIR/bin/llama-eval-callback"
     exit 0
 fi
 
@@ -70,64 +85,64 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 have_pip || die "python3 -m pip does not work"
 
-# --- sources -----------------------------------------------------------------
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/attncheck-llama.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
-
 start=$(date +%s)
-log "downloading llama-cpp-python==${LLAMA_CPP_PYTHON_VERSION} sdist"
-# `--no-binary llama-cpp-python` (not `:all:`): the same sdist, but pip may use wheels for
-# the build backend it installs to read the sdist's metadata; with `:all:` it builds
-# scikit-build-core and its whole build chain from source first (minutes instead of seconds).
-python3 -m pip download --no-deps --no-binary llama-cpp-python \
-    "llama-cpp-python==${LLAMA_CPP_PYTHON_VERSION}" -d "$WORK/sdist" >&2
+mkdir -p "$DIR/bin"
 
-sdist=$(find "$WORK/sdist" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' -print -quit)
-[ -n "$sdist" ] || sdist=$(find "$WORK/sdist" -maxdepth 1 -name 'llama-cpp-python-*.tar.gz' -print -quit)
-[ -n "$sdist" ] || die "sdist not found after pip download"
-if command -v sha256sum >/dev/null 2>&1; then
-    got=$(sha256sum "$sdist" | cut -d' ' -f1)
-    [ "$got" = "$SDIST_SHA256" ] || die "sha256 of $(basename "$sdist") is $got, expected $SDIST_SHA256"
+# --- sources (kept in $DIR/src) ----------------------------------------------
+if [ ! -f "$DIR/src/CMakeLists.txt" ]; then
+    WORK="$(mktemp -d "${TMPDIR:-/tmp}/attncheck-llama.XXXXXX")"
+    trap 'rm -rf "$WORK"' EXIT
+    log "downloading llama-cpp-python==${VERSION} sdist"
+    # `--no-binary llama-cpp-python` (not `:all:`): the same sdist, but pip may use wheels for
+    # the build backend it installs to read the sdist's metadata; with `:all:` it builds
+    # scikit-build-core and its whole build chain from source first (minutes instead of seconds).
+    python3 -m pip download --no-deps --no-binary llama-cpp-python \
+        "llama-cpp-python==${VERSION}" -d "$WORK/sdist" >&2
+    sdist=$(find "$WORK/sdist" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' -print -quit)
+    [ -n "$sdist" ] || sdist=$(find "$WORK/sdist" -maxdepth 1 -name 'llama-cpp-python-*.tar.gz' -print -quit)
+    [ -n "$sdist" ] || die "sdist not found after pip download"
+    if command -v sha256sum >/dev/null 2>&1; then
+        got=$(sha256sum "$sdist" | cut -d' ' -f1)
+        [ "$got" = "$SDIST_SHA256" ] || die "sha256 of $(basename "$sdist") is $got, expected $SDIST_SHA256"
+    fi
+    tar -xzf "$sdist" -C "$WORK"
+    src=$(find "$WORK" -maxdepth 3 -type d -path '*/vendor/llama.cpp' -print -quit)
+    [ -n "$src" ] && [ -f "$src/CMakeLists.txt" ] || die "vendor/llama.cpp not found in the sdist"
+    rm -rf "$DIR/src" "$DIR/build"
+    mv "$src" "$DIR/src"
 fi
-tar -xzf "$sdist" -C "$WORK"
-SRC=$(find "$WORK" -maxdepth 3 -type d -path '*/vendor/llama.cpp' -print -quit)
-[ -n "$SRC" ] && [ -f "$SRC/CMakeLists.txt" ] || die "vendor/llama.cpp not found in the sdist"
+SRC="$DIR/src"
 
 # --- build -------------------------------------------------------------------
-# LLAMA_CURL is not passed: this llama.cpp no longer uses curl (the option is
-# deprecated and ignored). LLAMA_OPENSSL=OFF keeps libssl-dev out of the build.
-log "configuring ${SRC#"$WORK"/}"
-cmake -S "$SRC" -B "$WORK/build" \
-    -DLLAMA_OPENSSL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_SERVER=OFF \
-    -DGGML_NATIVE="$NATIVE" \
-    -DBUILD_SHARED_LIBS=OFF \
-    -DCMAKE_BUILD_TYPE=Release >&2
-
-log "building llama-eval-callback with -j${JOBS}"
-cmake --build "$WORK/build" --target llama-eval-callback -j"$JOBS" >&2
-
-built="$WORK/build/bin/llama-eval-callback"
-[ -x "$built" ] || die "build finished but $built is missing"
-
-# --- install -----------------------------------------------------------------
-mkdir -p "$DIR/bin"
-cp "$built" "$BIN.tmp.$$"
-mv -f "$BIN.tmp.$$" "$BIN"
-
-if command -v ldd >/dev/null 2>&1 && ldd "$BIN" 2>/dev/null | grep -q 'not found'; then
-    ldd "$BIN" >&2 || true
-    die "installed binary has unresolved shared libraries"
+# LLAMA_CURL=OFF: 0.3.36 no longer uses curl (the option is ignored there); 0.2.90 would look for libcurl.
+# LLAMA_OPENSSL=OFF keeps libssl-dev out of the build.
+FLAGS=(-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF
+       -DGGML_NATIVE="$NATIVE" -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release)
+if [ ! -f "$DIR/build/CMakeCache.txt" ]; then
+    log "configuring $SRC"
+    cmake -S "$SRC" -B "$DIR/build" "${FLAGS[@]}" >&2
 fi
-binary_runs "$BIN" || die "installed binary does not run: $BIN"
+for t in "${missing_targets[@]}"; do
+    log "building $t with -j${JOBS}"
+    cmake --build "$DIR/build" --target "$t" -j"$JOBS" >&2
+    built="$DIR/build/bin/$t"
+    [ -x "$built" ] || die "build finished but $built is missing"
+    cp "$built" "$DIR/bin/$t.tmp.$$"
+    mv -f "$DIR/bin/$t.tmp.$$" "$DIR/bin/$t"
+    if command -v ldd >/dev/null 2>&1 && ldd "$DIR/bin/$t" 2>/dev/null | grep -q 'not found'; then
+        ldd "$DIR/bin/$t" >&2 || true
+        die "installed binary has unresolved shared libraries"
+    fi
+    binary_runs "$DIR/bin/$t" || die "installed binary does not run: $DIR/bin/$t"
+done
 
 end=$(date +%s)
 {
-    echo "llama-cpp-python ${LLAMA_CPP_PYTHON_VERSION} (vendor/llama.cpp)"
-    echo "cmake: -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=${NATIVE} -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release"
+    echo "llama-cpp-python ${VERSION} (vendor/llama.cpp, kept in src/)"
+    echo "cmake: ${FLAGS[*]}"
+    echo "targets: ${TARGETS[*]}"
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) in $((end - start)) s"
 } > "$DIR/BUILD-INFO"
 
 log "built in $((end - start)) s"
-printf '%s\n' "$BIN"
+printf '%s\n' "$DIR/bin/llama-eval-callback"

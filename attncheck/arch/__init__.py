@@ -2,6 +2,7 @@
 keeps load_hparams per architecture in src/models/<arch>.cpp). Nothing else in the package branches on an
 architecture's name: it asks `lookup(name)` for the entry and reads its fields.
 """
-from .table import ARCHS, Arch, Forward, lookup
+from .facts import AttentionFacts, Fact, Window
+from .table import ARCHS, Arch, Attention, Forward, lookup
 
-__all__ = ["ARCHS", "Arch", "Forward", "lookup"]
+__all__ = ["ARCHS", "Arch", "Attention", "AttentionFacts", "Fact", "Forward", "Window", "lookup"]

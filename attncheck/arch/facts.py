@@ -87,6 +87,7 @@ class AttentionFacts:
     sinks: Fact[dict | None] = Fact(None, DEFAULT)
     window: Fact[Window | None] = Fact(None, DEFAULT)
     softcap: Fact[float | None] = Fact(None, DEFAULT)
+    q_scale: Fact[float | None] = Fact(None, DEFAULT)  # the factor q is scaled by before kq (gemma, phi3)
     recurrent: Fact[frozenset[int]] = Fact(frozenset(), DEFAULT)
     arch: str | None = None
     notes: tuple[str, ...] = field(default=())  # what a source could not tell (e.g. an architecture without a table entry)
@@ -118,6 +119,7 @@ class AttentionFacts:
             "sinks": sinks,
             "window": window,
             "softcap": self.softcap.to_dict(),
+            "q_scale": self.q_scale.to_dict(),
             "recurrent_layers": self.recurrent.to_dict(),
             "notes": list(self.notes),
         }

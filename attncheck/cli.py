@@ -189,14 +189,15 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, extra
     is given or the architecture is not one attncheck computes (a warning says so).
     """
     from . import run as runner
-    from .model.weights import load_model
+    from .arch.gguf_header import read_header
+    from .arch.header import require_shape
     from .check.render import render
     from .verify import Options, verify
 
     reference = None if dump_only else model
     if reference is not None:
         try:
-            load_model(reference)
+            require_shape(read_header(reference).meta, reference)
         except ModelError as e:  # llama.cpp may still run it: check from the dump alone
             click.echo(f"attncheck: warning: no --model checks: {e}", err=True)
             reference = None
@@ -241,18 +242,13 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, to
     """Walk one head by hand: Q/K/V rows, scores, scale, mask, weights, weighted sum, beside the dump."""
     import os
 
+    from .inspect.model_walk import walk_head
     from .inspect.render import render_walk, walk_dict
-    from .inspect.walk import NothingToInspect, walk
+    from .inspect.walk import NothingToInspect
 
-    mw = None
     try:
-        if model is None:
-            w = walk(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale)
-        else:
-            from .inspect.model_walk import walk_with_model
-
-            w, mw = walk_with_model(dump, layer, head, model, query=query, evaluation=evaluation,
-                                    kq_scale=kq_scale, tokens=_tokens(tokens))
+        w, mw = walk_head(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale, model=model,
+                          tokens=_tokens(tokens))
     except (DumpError, ModelError) as e:
         _fail(str(e))
         sys.exit(EXIT_INPUT)

@@ -9,11 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
-from .arch.facts import OPTION, AttentionFacts, Fact
+from .arch import lookup
+from .arch.facts import MODEL, OPTION, AttentionFacts, Fact
+from .arch.gguf_header import Header, read_header
+from .arch.header import facts_from_header, require_shape
 from .check.dumponly import DumpChecker
 from .check.report import Report
 from .dump.graph import Dump, Evaluation, read_dump
-from .errors import printable
+from .errors import DumpError, printable
 from .results import FixedTolerance, SiteReport
 
 
@@ -56,12 +59,28 @@ def merge(*per_checker: list[SiteReport]) -> list[SiteReport]:
     return [firsts[(c, i)] for _, c, i in sorted(order)]
 
 
-def given_facts(opts: Options) -> AttentionFacts:
-    """The facts options give; the rest stay open to the hypotheses of check/hypotheses.py."""
-    facts = AttentionFacts()
+def given_facts(opts: Options, header: Header | None = None) -> AttentionFacts:
+    """The facts a model's header and the options give (an option over the header); the rest stay open to the
+    hypotheses of check/hypotheses.py."""
+    facts = AttentionFacts() if header is None else facts_from_header(header.meta, MODEL, header.tensor)
     if opts.kq_scale is not None:
         facts = facts.with_(kq_scale=Fact(float(opts.kq_scale), OPTION, "--kq-scale"))
     return facts
+
+
+def _fits(shape: tuple[int, list[int]], ev: Evaluation, source: str, header: Header) -> None:
+    """A model's header must fit the dump's attention: its layer count and each layer's query heads."""
+    n_layer, heads = shape
+    for s in ev.sites:
+        if s.layer < n_layer and heads[s.layer] == s.H:
+            continue
+        m = header.meta
+        kv = m.get(f"{header.arch}.attention.head_count_kv", heads[0])
+        d = m.get(f"{header.arch}.attention.key_length") or (m[f"{header.arch}.embedding_length"] // heads[0])
+        raise DumpError(source, s.softmax.line,
+                        f"the model does not fit this dump: layer {s.layer} has {s.H} query heads, {s.H_kv} KV heads "
+                        f"of D_h = {s.D_h}; {header.path} ({header.arch}) has {n_layer} layers, {heads[0]} query "
+                        f"heads, {kv if not isinstance(kv, list) else kv[0]} KV heads of D_h = {d}")
 
 
 def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
@@ -74,16 +93,27 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
     report = Report(source=dump.source, kq_scale=opts.kq_scale, tolerance=opts.tolerance)
-    checker = DumpChecker(dump.source, given_facts(opts), opts.layers, opts.heads, opts.tolerance)
+    header = read_header(opts.model) if opts.model is not None else None
+    shape = require_shape(header.meta, header.path) if header is not None else None
+    given = given_facts(opts, header)
+    checker = DumpChecker(dump.source, given, opts.layers, opts.heads, opts.tolerance)
     model = None
-    if opts.model is not None:
-        from .model.checker import ModelChecker  # imports gguf: only when a model is given
+    if header is not None:
+        entry = lookup(header.arch)
+        if entry is not None and entry.forward is not None:
+            from .model.checker import ModelChecker  # imports gguf: only when a model is given
 
-        model = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens,
-                             layers=opts.layers, heads=opts.heads)
+            model = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens,
+                                 layers=opts.layers, heads=opts.heads)
+        else:
+            report.model = {"path": opts.model, "arch": header.arch, "forward": None,
+                            "note": f"attncheck has no reference forward pass for {header.arch!r}: the printed numbers "
+                                    "are checked from the dump alone, under the attention facts its header gives"}
     from_dump: list[SiteReport] = []
     from_model: list[SiteReport] = []
     for ev in dump.evaluations():
+        if shape is not None:
+            _fits(shape, ev, dump.source, header)
         report.evaluations += 1
         report.flash_nodes += len(ev.flash)
         new_dump = checker.check(ev)

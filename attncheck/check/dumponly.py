@@ -111,13 +111,14 @@ class DumpChecker:
         sample = lambda n: None if n is None or n.quantized else parse_sample(n, self.source)  # noqa: E731
         chain = site.steps()
         pre = site.q_scale_node()
-        todo = [(f"scores.{i}", n) for i, n in enumerate(chain)] + ([("q", pre)] if pre is not None else [])
-        for key, n in todo:
+        after = [n.op for n in chain[1:]] + ["SOFT_MAX"]
+        todo = [(f"scores.{i}", n, after[i]) for i, n in enumerate(chain)] + ([("q", pre, "MUL_MAT")] if pre else [])
+        for key, n, before in todo:
             y = S if n is site.scores and S is not None else sample(n)
             a_node, b_node = n.inputs
             a = sample(a_node) if a_node is not None and a_node.ne == n.ne else None
             b = sample(b_node) if b_node is not None and b_node.ne == n.ne and n.op == "ADD" else None
-            out.append(steps.Step(key, n, y, a, b))
+            out.append(steps.Step(key, n, y, a, b, before))
         return out
 
     # ---- pinning and checking -------------------------------------------------------------------------------
@@ -160,7 +161,8 @@ class DumpChecker:
         return out
 
     def _factors(self) -> dict[str, tuple[float, float] | None]:
-        """Each SCALE step's factor, pinned on every printed element of the run's sites."""
+        """Each SCALE step's factor: from the model (the soft-cap around a TANH, q's pre-scale), else pinned on
+        every printed element of the run's sites."""
         by_key: dict[str, list[steps.Step]] = {}
         for p in self._pending:
             for s in p.steps:
@@ -168,9 +170,27 @@ class DumpChecker:
                     by_key.setdefault(s.key, []).append(s)
         out: dict[str, tuple[float, float] | None] = {}
         for key, ss in by_key.items():
+            given = self._given_factor(key, ss[0])
+            if given is not None:
+                out[key] = (given, 0.0)
+                continue
             got = steps.pin_factor(ss)
             out[key] = None if got is None else got[:2]
         return out
+
+    def _given_factor(self, key: str, s: steps.Step) -> float | None:
+        """The factor a model fixes: q's pre-scale; 1/cap before a TANH and cap after one (soft-capping)."""
+        g = self.given
+        if key == "q":
+            return g.q_scale.value if g.q_scale.origin in FIXED else None
+        cap = g.softcap.value if g.softcap.origin in FIXED else None
+        if cap:
+            feeds = s.node.inputs[0]
+            if feeds is not None and feeds.op == "TANH":
+                return cap
+            if s.before == "TANH":
+                return 1.0 / cap
+        return None
 
     def _report(self, p: Pending, pinned: Scored, factors: dict, unexplained: bool) -> SiteReport:
         site, view = p.site, p.view

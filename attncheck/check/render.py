@@ -15,6 +15,7 @@ CHECK_TITLES = {
     "softmax_ratio": "p_j/p_k = exp(scale·(s_j − s_k))",
     "pv": "kqv = P·V",
     "sum": "SOFT_MAX sum line",
+    "step": "a step between q or kq and SOFT_MAX (SCALE, TANH, ADD) from its printed input",
     # --model (model_checks.py): every printed element against the reference forward pass
     "model_q": "q = the model's Qcur",
     "model_kcur": "Kcur = the model's",
@@ -96,11 +97,15 @@ def verdict(report: Report) -> str:
     evs = f"{report.evaluations} evaluation{'s' * (report.evaluations != 1)}"
     covered = (f"{t['softmax_rows_checked']} softmax rows, {t['softmax_ratio_elements_checked']} weight ratios, "
                f"{t['masked_weights_checked']} masked weights, {t['kqv_elements_checked']} kqv elements checked "
-               f"in {t['sites']} sites ({evs})")
+               f"in {t['sites']} sites ({evs})" + (f"; {t['step_elements_checked']} elements of the steps between kq "
+                                                  "and SOFT_MAX" if t["step_elements_checked"] else ""))
     if t.get("model_nodes_checked"):
         covered += (f"; with the model: {t['model_elements_checked']} printed elements of "
                     f"{t['model_nodes_checked']} nodes (kq {t['model_kq_elements_checked']}) and "
                     f"{t['model_sums_checked']} sums")
+    used = hypotheses_used(report)
+    if used:
+        covered += f"; facts pinned by the data: {used}"
     if code == EXIT_PASS:
         return f"PASS {report.source}: {covered}"
     if code == EXIT_FAIL:
@@ -108,34 +113,106 @@ def verdict(report: Report) -> str:
     return f"UNVERIFIED {report.source}: {report.unverified_reason()}"
 
 
+def hypotheses_used(report: Report) -> str:
+    """The facts no option or model gave that the data pinned, as words: "kq_scale 1 (q is pre-scaled by node_7
+    (line 12)), window 4 on layers 0, 2 (n_swa in (3, 4]: ...)"; '' when every fact is a default or given."""
+    parts: list[str] = []
+    for rec in report.facts:
+        for name in ("kq_scale", "causal", "alibi_max_bias", "window", "sinks"):
+            f = rec.get(name) or {}
+            if f.get("origin") not in ("inferred", "structure") or not _says(name, f.get("value")):
+                continue
+            parts.append(f"{_fact_value(name, f['value'])} ({f['detail']})")
+    return "; ".join(dict.fromkeys(parts))
+
+
+def _says(name: str, v) -> bool:
+    """Whether a fact's value is worth a word: a scale or causality always, the others when present."""
+    return name in ("kq_scale", "causal") or bool(v)
+
+
+def _fact_value(name: str, v) -> str:
+    if name == "kq_scale":
+        return f"kq_scale {v:.6g}" if v is not None else "kq_scale 1/sqrt(D_h)"
+    if name == "causal":
+        return "causal" if v else "non-causal (every token visible)"
+    if name == "alibi_max_bias":
+        return f"ALiBi max_bias {v:g}"
+    if name == "window":
+        return f"{v['kind']} window {v['n_swa']} on layers {', '.join(map(str, v['layers']))}"
+    if name == "sinks":
+        return "attention sinks"
+    return f"{name} {v}"
+
+
+def facts_lines(report: Report) -> list[str]:
+    """Where each attention fact came from, per run (only what is not llama.cpp's default, or was given)."""
+    lines = []
+    for rec in report.facts:
+        given = [f"{_fact_value(n, rec[n]['value'])} ({rec[n]['origin']}: {rec[n]['detail']})"
+                 for n in ("kq_scale", "causal", "alibi_max_bias", "window", "sinks")
+                 if rec.get(n, {}).get("origin") in ("option", "model", "log") and _says(n, rec[n]["value"])]
+        if given:
+            lines.append(f"run {rec['run']}: given: " + "; ".join(given))
+        if rec.get("rows"):
+            lines.append(f"run {rec['run']}: {rec['rows'] - rec['rows_failing']} of {rec['rows']} printed rows fit "
+                         f"the facts used" + (f"; {len(rec['tried'])} hypotheses tried" if len(rec["tried"]) > 1
+                                               else ""))
+    other = [f"layer {k}: {v}, no softmax attention: nothing to check" for k, v in report.layer_kinds.items()
+             if v.startswith("recurrent") or v == "none"]
+    lines += other
+    if report.other_softmax:
+        shown = ", ".join(report.other_softmax[:3]) + (f" and {len(report.other_softmax) - 3} more"
+                                                        if len(report.other_softmax) > 3 else "")
+        lines.append(f"{len(report.other_softmax)} SOFT_MAX nodes are not attention (no MUL_MAT(k, q) behind them, "
+                     f"e.g. MoE routers): {shown}; not checked")
+    return lines
+
+
 def coverage_lines(report: Report) -> list[str]:
-    """What could not be checked from the dump alone, and why."""
+    """What was checked under which facts, what could not be checked from the dump alone, and why."""
     if not report.sites:
         return []
     t = report.totals()
     s0 = report.sites[0]
-    lines = [f"kq_scale: {'given ' + format(report.kq_scale, 'g') if report.kq_scale is not None else '1/sqrt(D_h) = ' + format(s0.kq_scale, '.6g')}"
-             + (f"; inferred from the data: {report.inferred_kq_scale:.6g} ({report.inferred_rows} rows)"
-                if report.inferred_kq_scale is not None else "")]
+    origin = next((r["kq_scale"] for r in report.facts), {"origin": "default"})
+    if report.kq_scale is not None:
+        scale = f"given {report.kq_scale:g}"
+    elif origin.get("origin") == "default":
+        scale = f"1/sqrt(D_h) = {s0.kq_scale:.6g}"
+    else:
+        scale = f"{s0.kq_scale:.6g} ({origin['origin']}: {origin['detail']})"
+    lines = [f"kq_scale: {scale}" + (f"; inferred from the data: {report.inferred_kq_scale:.6g} "
+                                     f"({report.inferred_rows} rows)" if report.inferred_kq_scale is not None else "")]
+    used = hypotheses_used(report)
+    if used:
+        lines.append(f"pinned by the data: {used}; --model GGUF gives these from the model")
+    lines += facts_lines(report)
     if report.tolerance is not None:
         lines.append(f"bounds: --atol {report.tolerance.atol:g} --rtol {report.tolerance.rtol:g} in place of the "
                      "bounds derived from print precision and storage types (softmax, ratios, P·V, sums)")
-    if report.model is not None:
-        m = report.model
+    m = report.model
+    if m is not None and m.get("forward", True) is None:
+        lines.append(f"--model {m['path']} ({m['arch']}): {m['note']}")
+    elif m is not None:
         first = m.get("first_beyond_print")
         lines.append(f"--model {m['path']} ({m['arch']}): every printed element of {t['model_nodes_checked']} nodes "
                      "against its reference forward pass, kq and every printed query row included; first node "
                      "beyond print precision: " + (f"{first['node']} (eval {first['evaluation']}, layer "
                                                     f"{first['layer']}, line {first['line']})" if first else "none"))
-    else:
+    if m is None or m.get("forward", True) is None:
         lines.append(f"not checkable from a dump alone: kq itself (k·q needs all D_h = {s0.D_h} components of q and "
-                     "k; llama.cpp prints 6); --model GGUF checks it")
+                     "k; llama.cpp prints 6); --model GGUF checks it for architectures with a reference forward pass")
     unprinted = t["softmax_rows_printed"] - t["softmax_rows_checked"]
     if unprinted:
         lines.append(f"{unprinted} printed softmax rows have visible slots that were not printed: checked by weight "
                      f"ratios only; their {t['kqv_elements_unchecked']} kqv elements are not checkable"
-                     + (" from the dump alone (--model checked them)" if report.model is not None else ""))
+                     + (" from the dump alone (--model checked them)" if model_checked(report) else ""))
     return lines
+
+
+def model_checked(report: Report) -> bool:
+    return report.model is not None and report.model.get("forward", True) is not None
 
 
 def render(report: Report, console: Console, *, quiet: bool = False, verbose: bool = False) -> None:

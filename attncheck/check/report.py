@@ -63,6 +63,7 @@ class Report:
             "kqv_elements_checked": t("pv"),
             "kqv_elements_unchecked": sum(r.unchecked for s in self.sites for r in s.results if r.check == "pv"),
             "sums_checked": t("sum"),
+            "step_elements_checked": t("step"),
             **self._model_totals(),
         }
 

@@ -31,6 +31,7 @@ class Step:
     y: Sample
     a: Sample | None  # the input (src0), when printed with the same ne
     b: Sample | None = None  # ADD's second input, when printed with the same ne
+    before: str | None = None  # the op of the next step in the chain (SOFT_MAX after the last)
 
 
 def factor_intervals(steps: list[Step]) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,7 @@ from .sample import CUT_ADVICE, fits
 _SCORE_PASSTHROUGH = {"SCALE", "TANH", "ADD", "MUL", "CPY", "CONT", "RESHAPE", "VIEW", "PERMUTE", "UNARY"}
 _LAYOUT = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT", "CPY"}  # ops that move values without computing
 # layers with these ops and no SOFT_MAX have attention of another kind (hybrid models: Mamba, RWKV, delta-net)
-RECURRENT_OPS = ("SSM_SCAN", "SSM_CONV", "GATED_DELTA_NET", "GATED_LINEAR_ATTN", "RWKV_WKV6", "RWKV_WKV7")
+RECURRENT_OPS = ("GATED_DELTA_NET", "GATED_LINEAR_ATTN", "RWKV_WKV7", "RWKV_WKV6", "SSM_SCAN", "SSM_CONV")
 _LAYER = re.compile(r"-(\d+)(?:\s|$)")
 
 

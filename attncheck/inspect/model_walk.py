@@ -12,12 +12,16 @@ from typing import BinaryIO
 
 import numpy as np
 
+from ..arch.facts import AttentionFacts
 from ..results import CheckResult
 from ..dump.graph import Dump, read_dump
 from ..check.heads import kv_head
 from ..model.checker import ModelChecker
 from ..dump.sample import Sample, parse_sample
-from .walk import HeadWalk, select, walk_site
+from ..arch import lookup
+from ..arch.gguf_header import read_header
+from ..verify import Options, given_facts
+from .walk import HeadWalk, select, walk, walk_site
 
 
 @dataclass(frozen=True)
@@ -63,14 +67,29 @@ def _dumped(s: Sample | None, head: int, query: int, n: int) -> np.ndarray:
     return out
 
 
+def walk_head(dump: str, layer: int, head: int, *, query: int | None = None, evaluation: int = 0,
+              kq_scale: float | None = None, model: str | None = None,
+              tokens: tuple[int, ...] | None = None) -> tuple[HeadWalk, "ModelWalk | None"]:
+    """`attncheck inspect`: the walk under the facts the options and the model's header give (the rest pinned on the
+    run), and the model's full rows when attncheck has a reference forward pass for its architecture."""
+    header = read_header(model) if model is not None else None
+    given = given_facts(Options(kq_scale=kq_scale), header)
+    entry = lookup(header.arch) if header is not None else None
+    if entry is None or entry.forward is None:
+        return walk(dump, layer, head, query=query, evaluation=evaluation, given=given), None
+    return walk_with_model(dump, layer, head, model, query=query, evaluation=evaluation, kq_scale=kq_scale,  # type: ignore
+                           tokens=tokens, given=given)
+
+
 def walk_with_model(dump: Dump | str | BinaryIO, layer: int, head: int, model: str, query: int | None = None,
                     evaluation: int = 0, kq_scale: float | None = None,
-                    tokens: tuple[int, ...] | None = None) -> tuple[HeadWalk, ModelWalk]:
+                    tokens: tuple[int, ...] | None = None,
+                    given: AttentionFacts | None = None) -> tuple[HeadWalk, ModelWalk]:
     """The walk of `walk.walk`, and the model's full rows for the same evaluation, layer, head and query."""
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
-    ev, site = select(dump, evaluation, layer)
-    w = walk_site(dump.source, ev, site, head, query, kq_scale)
+    ev, site, run_views = select(dump, evaluation, layer)
+    w = walk_site(dump.source, ev, site, head, query, run_views, given or AttentionFacts())
     checker = ModelChecker(model, dump.source, kq_scale=kq_scale, tokens=tokens, layers=frozenset({layer}),
                            heads=frozenset({head}))
     results = [r for sr in checker.check(ev) if sr.layer == layer for r in sr.results]

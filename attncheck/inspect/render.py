@@ -14,11 +14,12 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import __version__
+from ..check.mask import OUTSIDE_WINDOW, REASONS, VISIBLE
 from .walk import HeadWalk, Rows, span
 
 SCHEMA = 1
 SHADES = " ░▒▓█"  # weight 0 .. 1 in five steps: the heatmap reads without colour
-MASKED, ELIDED = "·", "…"
+MASKED, ELIDED, WINDOWED = "·", "…", "×"
 
 
 def _ne(ne) -> str:
@@ -82,6 +83,10 @@ def header(w: HeadWalk) -> Panel:
     ]
     if w.tokens is not None:
         lines.append(f"tokens of the run: {' '.join(map(str, w.tokens))}")
+    lines += [f"fact: {escape(f)}" for f in w.facts[1:]]
+    if w.row.sink is not None:
+        share = "" if w.row.sink_share is None else f"; it takes {w.row.sink_share:.4f} of this row (1 − Σ_j p_j)"
+        lines.append(f"attention sink of head {w.head}: logit {w.row.sink:.4f}{share}")
     return Panel("\n".join(lines), title="attncheck inspect", title_align="left", box=box.ROUNDED)
 
 
@@ -128,8 +133,9 @@ def rows_table(w: HeadWalk, r: Rows, what: str) -> Group:
         if row_kind == "query":
             label = f"{'▶' if item == w.query else ' '} {item} (pos {w.n_past + item}{_tok(w, w.n_past + item)})"
         else:
-            state = "empty" if item >= w.n_visible_cols else ("visible" if item <= w.position else "later")
-            label = f"{'▶' if item <= w.position else ' '} {item}{_tok(w, item)} ({state})"
+            reason = int(w.row.reason[list(w.row.slots).index(item)]) if w.row.reason is not None else VISIBLE
+            state = REASONS[reason].split(" (")[0]
+            label = f"{'▶' if reason == VISIBLE else ' '} {item}{_tok(w, w.slot_base + item)} ({state})"
         t.add_row(label, *[ELIDED if isinstance(c, tuple) else _fmt(vals[cpos[c]]) for c in cols])
     return _titled(f"{r.name} [{r.shape[0]}, {r.shape[1]}] {what}, from '{r.node.name}' (line {r.node.line})", t)
 
@@ -152,7 +158,8 @@ def scores_table(w: HeadWalk) -> Group:
         kq = "—" if r.kq is None else _fmt(r.kq[i])
         sc = "—" if r.scaled is None else _fmt(r.scaled[i], 6)
         ref = "[dim]reference[/]" if item == r.reference else ""
-        t.add_row(f"{item}{_tok(w, item)}", kq, sc, _fmt(r.mask[i], 0) if r.mask[i] else "0",
+        mask = "0" if r.mask[i] == 0 else (_fmt(r.mask[i], 0) if not np.isfinite(r.mask[i]) else _fmt(r.mask[i], 4))
+        t.add_row(f"{item}{_tok(w, w.slot_base + item)}", kq, sc, mask,
                   _fmt(r.softmax[i], 6), _fmt(r.kq_soft_max[i]), _err(r.error[i]), _err(r.bound[i]),
                   _ok(r.error[i], r.bound[i]) or ref)
     return _titled(f"query {w.query} (position {w.position}): s_j = kq, x_j = s_j·{w.kq_scale:.6g} + mask_j, "
@@ -160,14 +167,18 @@ def scores_table(w: HeadWalk) -> Group:
 
 
 def _mask_of(w: HeadWalk, a: int, b: int) -> str:
-    vals = {m.value for m in w.row.mask_ranges if m.first <= b and m.last >= a}
-    return "0" if vals == {0.0} else ("-inf" if vals == {-np.inf} else "0/-inf")
+    vals = {_mask_word(m.value) for m in w.row.mask_ranges if m.first <= b and m.last >= a}
+    return vals.pop() if len(vals) == 1 else "/".join(sorted(vals))
+
+
+def _mask_word(v: float) -> str:
+    return "0" if v == 0 else ("-inf" if v == -np.inf else "bias")
 
 
 def mask_line(w: HeadWalk) -> str:
     return "mask row: " + "; ".join(
         f"slot{'s' if m.last > m.first else ''} {m.first}{'..' + str(m.last) if m.last > m.first else ''}: "
-        f"{m.what}, {'0' if m.value == 0 else '−inf'}" for m in w.row.mask_ranges)
+        f"{m.what}, {_mask_word(m.value).replace('-inf', '−inf')}" for m in w.row.mask_ranges)
 
 
 def weighted_table(w: HeadWalk) -> Group | None:
@@ -222,10 +233,10 @@ def heatmap(w: HeadWalk) -> Group:
         cells: list[Text | str] = []
         for c in cols:
             if isinstance(c, tuple):
-                hidden = c[0] <= w.n_past + item
-                cells.append(ELIDED if hidden else MASKED)
-            elif c > w.n_past + item:
-                cells.append(MASKED)
+                seen = w.visible_all[qpos[item], c[0]:c[1] + 1].any()
+                cells.append(ELIDED if seen else MASKED)
+            elif w.P_reason[qpos[item], spos[c]] != VISIBLE:
+                cells.append(MASKED if w.P_reason[qpos[item], spos[c]] != OUTSIDE_WINDOW else WINDOWED)
             else:
                 p = float(w.P_h[qpos[item], spos[c]])
                 cells.append(Text(f"{_shade(p) * 2} {_fmt(p)}", style=_heat_style(p)))
@@ -233,7 +244,7 @@ def heatmap(w: HeadWalk) -> Group:
         t.add_row(f"{mark} {item} (pos {w.n_past + item}{_tok(w, w.n_past + item)})", *cells)
     empty = f"; slots {w.n_visible_cols}..{w.n_kv - 1} are empty (weight 0)" if w.n_visible_cols < w.n_kv else ""
     legend = Text("shade: '  ' <0.2  ░░ <0.4  ▒▒ <0.6  ▓▓ <0.8  ██ ≥0.8;  "
-                  f"{MASKED} masked (later slot, −inf);  "
+                  f"{MASKED} masked (later slot, −inf);  {WINDOWED} outside the sliding window (−inf);  "
                   f"{ELIDED} visible but not printed", style="dim")
     return Group(Text(f"P_h = kq_soft_max of head {w.head}: queries × visible slots 0..{w.n_visible_cols - 1}"
                       f"{empty}", style="bold"), t, legend)
@@ -314,8 +325,10 @@ def walk_dict(w: HeadWalk) -> dict:
             "kq": None if r.kq is None else [_num(v) for v in r.kq],
             "scaled": None if r.scaled is None else [_num(v) for v in r.scaled],
             "mask": [_num(v) for v in r.mask],
-            "mask_ranges": [{"first": m.first, "last": m.last, "value": _num(m.value), "what": m.what}
+            "mask_ranges": [{"first": m.first, "last": m.last, "value": _maybe(m.value), "what": m.what}
                             for m in r.mask_ranges],
+            "reason": None if r.reason is None else [REASONS[int(x)] for x in r.reason],
+            "sink": r.sink, "sink_share": r.sink_share,
             "softmax": [_maybe(v) for v in r.softmax], "kq_soft_max": [_num(v) for v in r.kq_soft_max],
             "error": [_maybe(v) for v in r.error], "bound": [_maybe(v) for v in r.bound],
             "reference_slot": r.reference, "why_not": r.why_not or None,
@@ -330,7 +343,8 @@ def walk_dict(w: HeadWalk) -> dict:
         "P_h": {"queries": w.P_queries.tolist(), "slots": w.P_slots.tolist(),
                 "visible_slots": [0, w.n_visible_cols - 1],
                 "weights": [[_num(v) for v in row] for row in w.P_h],
-                "visible": [[bool(j <= w.n_past + t) for j in w.P_slots] for t in w.P_queries]},
+                "visible": (w.P_reason == VISIBLE).tolist()},
+        "facts": list(w.facts),
         "compared": w.compared, "worst_ratio": w.worst_ratio, "passed": w.passed,
         "notes": list(w.notes),
     }

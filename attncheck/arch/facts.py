@@ -48,6 +48,7 @@ class Window:
     n: int
     kind: str = "standard"
     layers: frozenset[int] = frozenset()
+    n_range: tuple[int, int] | None = None  # inferred: every n_swa in [a, b] fits the printed data alike
 
     def masks(self, q_pos: np.ndarray, k_pos: np.ndarray) -> np.ndarray:
         """[t, j] True where the window masks slot position k_pos[j] for the query at q_pos[t]."""
@@ -108,6 +109,8 @@ class AttentionFacts:
         window = self.window.to_dict()
         if w is not None:
             window["value"] = {"n_swa": w.n, "kind": w.kind, "layers": sorted(w.layers)}
+            if w.n_range is not None:
+                window["value"]["n_swa_range"] = list(w.n_range)
         sinks = self.sinks.to_dict()
         if self.sinks.value is not None:
             sinks["value"] = {str(k): [round(float(x), 6) for x in v] for k, v in sorted(self.sinks.value.items())}

@@ -128,13 +128,16 @@ class DumpChecker:
         scored, tried = pin(views, self.given)
         fixed = self.given.kq_scale.origin in FIXED
         record = {"run": self._pending[0].run if self._pending else self._run, **scored.facts.to_dict(),
-                  "rows": scored.rows, "rows_failing": scored.failing, "tried": tried}
-        if scored.rows and not fixed and scored.passing < MIN_FIT_SHARE * scored.rows:
+                  "rows": scored.rows, "rows_failing": scored.failing, "rows_informative": scored.informative,
+                  "tried": list(dict.fromkeys(tried))}
+        fit = scored.informative - scored.informative_failing
+        if scored.informative and not fixed and fit < MIN_FIT_SHARE * scored.informative:
             record["unexplained"] = True
             self._summary.warnings.append(
-                f"run {record['run']}: no stated hypothesis explains the printed weights ({scored.passing} of "
-                f"{scored.rows} rows fit the best: {describe(scored.facts)}); tried: {'; '.join(tried)}. Their "
-                "softmax, ratio, masked and P·V checks are not checkable; --model GGUF or --kq-scale pins the facts")
+                f"run {record['run']}: no stated hypothesis explains the printed weights ({fit} of the "
+                f"{scored.informative} rows that tell hypotheses apart fit the best: {describe(scored.facts)}); tried: "
+                f"{'; '.join(dict.fromkeys(tried))}. The run's softmax, ratio, masked and P·V checks are not "
+                "checkable; --model GGUF or --kq-scale pins the facts")
         self._summary.facts.append(record)
         got = inferred_scale(views, scored.facts) if views else None
         if got is not None:
@@ -256,7 +259,7 @@ def _site_facts_dict(f) -> dict:
     if f.window is not None:
         out["window"] = {"n_swa": f.window.n, "kind": f.window.kind}
     if f.slopes is not None:
-        out["alibi_slopes"] = [round(float(x), 6) for x in f.slopes]
+        out["alibi_slopes"] = [float(f"{x:.7g}") for x in f.slopes]
     if f.sinks is not None:
         out["sinks"] = [None if not np.isfinite(x) else round(float(x), 4) for x in f.sinks]
     if f.scale_err:

@@ -29,7 +29,7 @@ from . import checks
 from .heads import SiteView, Under
 from .mask import SiteFacts
 
-MIN_FIT_SHARE = 0.5  # a hypothesis fitting fewer rows than this share explains nothing: its rows are not checkable
+MIN_FIT_SHARE = 0.5  # a hypothesis fitting fewer of the informative rows explains nothing: they are not checkable
 FIXED = ("option", "model", "log")
 
 
@@ -68,6 +68,8 @@ class Scored:
     failing: int
     rows: int
     per_view: list[np.ndarray]  # [h, t] failing rows of each view
+    informative: int = 0  # rows some hypothesis tried fails: the rows that tell hypotheses apart
+    informative_failing: int = 0  # of those, the rows this one fails
 
     @property
     def passing(self) -> int:
@@ -109,24 +111,31 @@ def pin(views: list[SiteView], given: AttentionFacts) -> tuple[Scored, list[str]
     """The hypothesis pinned for a run's views, and what was tried (for the report).
 
     The bases (step 1, and each with ALiBi) are tried first on the rows the given facts fail; those that explain any
-    of them are scored on every row, and the best few are refined by a window and sinks fitted under them."""
+    of them are scored on every row, and the best few are refined by a window and sinks fitted under them. Rows that
+    every hypothesis tried passes (one visible slot, say) tell nothing: `informative` counts the others."""
     tried: list[str] = [describe(given)]
     first = score(views, given)
     if first.failing == 0 or not views:
         return first, tried
+    seen = [first]
     bases = [first]
     failing_views = [i for i, b in enumerate(first.per_view) if b.any()]
     for facts, extra in _bases(views, given):
         tried.append(describe(facts))
         trial = score(views, facts, extra, only=failing_views)
+        seen.append(trial)
         if trial.failing < first.failing:  # it explains some row the given facts fail
             bases.append(score(views, facts, extra))
+            seen.append(bases[-1])
     bases.sort(key=lambda s: s.failing)  # stable: on ties the earlier (simpler) hypothesis stays first
     best = bases[0]
     for base in bases[:REFINED]:
-        refined = _refine(views, base, given, tried)
+        refined = _refine(views, base, given, tried, seen)
         if refined.failing < best.failing:
             best = refined
+    informative = [np.logical_or.reduce([s.per_view[i] for s in seen]) for i in range(len(views))]
+    best.informative = int(sum(m.sum() for m in informative))
+    best.informative_failing = int(sum((m & b).sum() for m, b in zip(informative, best.per_view)))
     return best, tried
 
 
@@ -146,30 +155,34 @@ def _bases(views: list[SiteView], given: AttentionFacts):
             yield facts.with_(alibi_max_bias=Fact(mb, INFERRED, "slopes from ggml's ALiBi formula")), extra
 
 
-def _refine(views: list[SiteView], base: Scored, given: AttentionFacts, tried: list[str]) -> Scored:
+def _refine(views: list[SiteView], base: Scored, given: AttentionFacts, tried: list[str],
+            seen: list[Scored]) -> Scored:
     """A base with a window, then sinks, fitted under it, each kept when it fails strictly fewer rows."""
     best = base
     if given.window.origin not in FIXED and best.failing:
         w = fit_window(views, best)
         if w is not None:
-            best = _better(views, best, (best.facts.with_(window=w), best.extra), tried)
+            best = _better(views, best, (best.facts.with_(window=w), best.extra), tried, seen)
     if given.sinks.origin not in FIXED and best.failing:
         fitted = fit_sinks(views, best)
         if fitted is not None:
-            best = _better(views, best, fitted, tried)
+            best = _better(views, best, fitted, tried, seen)
     return best
 
 
-def _better(views, best: Scored, candidate: tuple[AttentionFacts, Extra], tried: list[str]) -> Scored:
+def _better(views, best: Scored, candidate: tuple[AttentionFacts, Extra], tried: list[str],
+            seen: list[Scored]) -> Scored:
     """The candidate if it fails strictly fewer rows; tried first on the views where `best` fails rows."""
     facts, extra = candidate
     tried.append(describe(facts))
     failing_views = [i for i, b in enumerate(best.per_view) if b.any()]
     trial = score(views, facts, extra, only=failing_views)
+    seen.append(trial)
     fixed_here = sum(int(best.per_view[i].sum()) for i in failing_views) - trial.failing
     if fixed_here <= 0:
         return best
     full = score(views, facts, extra)
+    seen.append(full)
     return full if full.failing < best.failing else best
 
 
@@ -277,12 +290,11 @@ def _alibi_candidates(views: list[SiteView], facts: AttentionFacts) -> list[floa
 
 def fit_window(views: list[SiteView], best: Scored) -> Fact | None:
     """Per layer, the distances at which a slot is surely visible (printed weight) or surely masked (printed 0 where
-    its ratio to the row's largest weight predicts weight); a window n_swa consistent with every layer that shows
-    masked slots."""
+    its ratio to the row's largest weight predicts weight); the one n_swa that leaves the fewest of them
+    unexplained over all layers, each layer windowed where that explains more than no window does."""
     facts = best.facts.with_(window=Fact(None, DEFAULT))
     kind = "standard" if facts.causal.value else "symmetric"
-    seen: dict[int, list[float]] = {}  # layer → [max visible distance, min masked distance]
-    rows = 0
+    seen: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}  # layer → (visible distances, masked distances)
     for v in views:
         if v.S is None:
             continue
@@ -299,27 +311,38 @@ def fit_window(views: list[SiteView], best: Scored) -> Fact | None:
         d = np.broadcast_to(d if kind == "standard" else np.abs(d), P.shape)
         surely_visible = vis[None] & (P > 0)
         surely_masked = vis[None] & (P == 0) & (pred > 10 * precision.PRINT) & (p_ref > precision.PRINT)
-        lo_hi = seen.setdefault(v.site.layer, [-1.0, math.inf])
-        if surely_visible.any():
-            lo_hi[0] = max(lo_hi[0], float(d[surely_visible].max()))
-        if surely_masked.any():
-            lo_hi[1] = min(lo_hi[1], float(d[surely_masked].min()))
-            rows += int(surely_masked.any(axis=-1).sum())
-    masked_at = [lh[1] for lh in seen.values() if lh[1] < math.inf]
-    if not masked_at:
+        V, M = seen.setdefault(v.site.layer, ([], []))
+        V.append(d[surely_visible])
+        M.append(d[surely_masked])
+    dist = {L: (np.concatenate(V), np.concatenate(M)) for L, (V, M) in seen.items()}
+    if not any(len(M) for _, M in dist.values()):
         return None
-    hi = min(masked_at)  # one n_swa for every windowed layer: the layers that fit the smallest masked distance
-    windowed = {L: lh for L, lh in seen.items() if lh[1] < math.inf and lh[0] < hi}
-    if not windowed:
+    # standard: masked iff d >= n; symmetric: masked iff d > n // 2, i.e. d >= n // 2 + 1 =: cut
+    cuts = sorted({int(c) for _, M in dist.values() for c in M})
+    best_cut, best_bad, layers = None, None, frozenset()
+    for cut in cuts:
+        bad, on = 0, []
+        for L, (V, M) in dist.items():
+            windowed = int((V >= cut).sum() + (M < cut).sum())
+            if windowed < len(M):  # the window explains more of this layer than no window does
+                bad += windowed
+                on.append(L)
+            else:
+                bad += len(M)
+        if best_bad is None or bad < best_bad:
+            best_cut, best_bad, layers = cut, bad, frozenset(on)
+    if not layers:
         return None
-    lo = max(lh[0] for lh in windowed.values())
-    layers = frozenset(windowed)
-    if kind == "standard":  # masked iff p_q − p_k >= n: n in (lo, hi]
-        n, what = int(hi), f"n_swa in ({int(lo)}, {int(hi)}]"
-    else:  # masked iff |p_q − p_k| > n // 2: n // 2 in [lo, hi)
-        n, what = 2 * int(lo), f"n_swa // 2 in [{int(lo)}, {int(hi)})"
-    detail = f"{what}: {rows} rows print 0 where the slot would have weight"
-    return Fact(Window(n, kind, layers), INFERRED, detail)
+    lo = max((int(V[V < best_cut].max()) for L, (V, _) in dist.items() if L in layers and (V < best_cut).any()),
+             default=-1)
+    if kind == "standard":  # masked iff p_q − p_k >= n: n in (lo, cut]
+        rng, n = (lo + 1, best_cut), best_cut
+    else:  # masked iff |p_q − p_k| > n // 2: n // 2 in [lo, cut − 1]
+        rng = (2 * max(lo, 0), 2 * (best_cut - 1) + 1)
+        n = rng[0]
+    rows = int(sum(len(M) for L, (_, M) in dist.items() if L in layers))
+    detail = f"n_swa in [{rng[0]}, {rng[1]}] fits alike: {rows} printed zeros where the slot would have weight"
+    return Fact(Window(n, kind, layers, rng), INFERRED, detail)
 
 
 # ---- 4. attention sinks -----------------------------------------------------------------------------------------

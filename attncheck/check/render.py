@@ -154,7 +154,10 @@ def facts_lines(report: Report) -> list[str]:
                  if rec.get(n, {}).get("origin") in ("option", "model", "log") and _says(n, rec[n]["value"])]
         if given:
             lines.append(f"run {rec['run']}: given: " + "; ".join(given))
-        if rec.get("rows"):
+        if rec.get("unexplained"):
+            lines.append(f"run {rec['run']}: no stated hypothesis explains the printed weights: its softmax, ratio, "
+                         "masked and P·V checks were not run (see the warning)")
+        elif rec.get("rows"):
             lines.append(f"run {rec['run']}: {rec['rows'] - rec['rows_failing']} of {rec['rows']} printed rows fit "
                          f"the facts used" + (f"; {len(rec['tried'])} hypotheses tried" if len(rec["tried"]) > 1
                                                else ""))
@@ -204,7 +207,7 @@ def coverage_lines(report: Report) -> list[str]:
         lines.append(f"not checkable from a dump alone: kq itself (k·q needs all D_h = {s0.D_h} components of q and "
                      "k; llama.cpp prints 6); --model GGUF checks it for architectures with a reference forward pass")
     unprinted = t["softmax_rows_printed"] - t["softmax_rows_checked"]
-    if unprinted:
+    if unprinted and not any(r.get("unexplained") for r in report.facts):
         lines.append(f"{unprinted} printed softmax rows have visible slots that were not printed: checked by weight "
                      f"ratios only; their {t['kqv_elements_unchecked']} kqv elements are not checkable"
                      + (" from the dump alone (--model checked them)" if model_checked(report) else ""))

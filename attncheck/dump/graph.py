@@ -124,8 +124,9 @@ class Evaluation:
         """What attention each numbered layer has: softmax, flash, recurrent (the op), or none; layers are read from
         the `-L` suffix of node names, the way llama.cpp names every node of layer L."""
         ops: dict[int, set[str]] = {}
-        for n in self.nodes:
-            m = _LAYER.search(n.name)
+        for n in self.nodes:  # an unnamed node (node_46) belongs to the layer of what it reads
+            names = (n.name, *(s.name for s in n.srcs if s is not None))
+            m = next((m for m in map(_LAYER.search, names) if m), None)
             if m:
                 ops.setdefault(int(m.group(1)), set()).add(n.op)
         kinds = {L: next((f"recurrent ({op})" for op in RECURRENT_OPS if op in o), "none") for L, o in ops.items()}

@@ -6,7 +6,7 @@ Comparing lives here; reporting (tables, JSON, JUnit) lives in check/report.py a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -37,6 +37,20 @@ def describe(at: Location | None) -> str:
     return ", ".join(parts)
 
 
+class HeadFigures(NamedTuple):
+    """One check's figures on the elements of one logical head (the HTML page colours its grid by them)."""
+
+    checked: int
+    failed: int
+    ratio: float  # largest error/bound among them
+
+
+def located(where, heads) -> Callable[[int], Location]:
+    """A locator that also gives the logical head of every element, so compare keeps per-head figures."""
+    where.heads = np.asarray(heads)
+    return where
+
+
 class Failure(NamedTuple):
     at: Location | None
     got: float
@@ -63,6 +77,7 @@ class CheckResult:
     note: str = ""
     nmse: float | None = None  # --model: sum(err^2) / sum(ref^2) over the compared elements
     error_model: str | None = None  # --model: which error model gave the bounds (model/checker.py)
+    by_head: dict[int, HeadFigures] | None = None  # per logical head, when the check's elements have one
 
     @property
     def passed(self) -> bool:
@@ -84,7 +99,8 @@ def compare(check: str, node, got, want, bound, where, unchecked=0, why="", note
             tol: FixedTolerance | None = None) -> CheckResult:
     """Compare flat arrays element by element; `where(i)` names element i. NaN or inf never passes.
 
-    tol (--atol/--rtol) replaces the derived bounds."""
+    tol (--atol/--rtol) replaces the derived bounds. A locator made by located() also gives each element's head:
+    the result then keeps per-head figures (by_head)."""
     got, want, bound = (np.asarray(a, dtype=np.float64).ravel() for a in (got, want, bound))
     if tol is not None:
         bound = tol.bound(want)
@@ -100,7 +116,19 @@ def compare(check: str, node, got, want, bound, where, unchecked=0, why="", note
     res.max_error, res.bound, res.ratio = float(err[worst]), float(bound[worst]), float(ratio[worst])
     res.worst, res.failed = where(worst), len(bad)
     res.failures = [Failure(where(int(i)), float(got[i]), float(want[i]), float(bound[i])) for i in bad[:MAX_FAILURES]]
+    heads = getattr(where, "heads", None)
+    if heads is not None and len(heads) == len(got):
+        res.by_head = _by_head(heads, ratio, bad)
     return res
+
+
+def _by_head(heads: np.ndarray, ratio: np.ndarray, bad: np.ndarray) -> dict[int, HeadFigures]:
+    """Elements compared, beyond their bound, and the largest ratio, per head (a NaN ratio never passes)."""
+    keys, inv = np.unique(heads, return_inverse=True)
+    worst = np.zeros(len(keys))
+    np.maximum.at(worst, inv, np.where(np.isnan(ratio), np.inf, ratio))
+    n, failed = np.bincount(inv, minlength=len(keys)), np.bincount(inv[bad], minlength=len(keys))
+    return {int(h): HeadFigures(int(n[k]), int(failed[k]), float(worst[k])) for k, h in enumerate(keys)}
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import precision
-from ..results import CheckResult, FixedTolerance, Location, compare
+from ..results import CheckResult, FixedTolerance, Location, compare, located
 from . import bounds
 from .heads import SiteView, Under
 
@@ -59,8 +59,8 @@ def result(check: str, node, view: SiteView, el: Elements, last: str, tol: Fixed
         loc = Location(int(view.heads[el.h[i]]), int(view.queries[el.t[i]]))
         return loc._replace(**{last: int(axis[el.x[i]])})
 
-    return compare(check, node, el.got, el.want, el.bound, where, unchecked=el.unchecked, why=el.why, note=note,
-                   tol=tol)
+    return compare(check, node, el.got, el.want, el.bound, located(where, view.heads[el.h]), unchecked=el.unchecked,
+                   why=el.why, note=note, tol=tol)
 
 
 def finite(view: SiteView) -> list[CheckResult]:
@@ -81,7 +81,7 @@ def finite(view: SiteView) -> list[CheckResult]:
             h, d, j = idx
             where = lambda i, h=h, d=d, j=j: Location(int(v_heads[h[i]]), None, slot=int(view.slots[j[i]]),  # noqa
                                                       dim=int(view.dims[d[i]]))
-            res = compare("finite", node, vals, np.zeros_like(vals), np.zeros_like(vals), where)
+            res = compare("finite", node, vals, np.zeros_like(vals), np.zeros_like(vals), located(where, v_heads[h]))
         else:
             el = Elements(vals, np.zeros_like(vals), np.zeros_like(vals), *idx)
             res = result("finite", node, view, el, last)

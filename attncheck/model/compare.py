@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import precision
 from ..dump.sample import Sample, parse_sample
-from ..results import CheckResult, Failure, Location, compare
+from ..results import CheckResult, Failure, Location, compare, located
 from .bounds import DERIVED, DERIVED_ROWS, F32_REL, FLIP_SHARE, NMSE_CASCADE, NMSE_MAX, PRINT
 from .expect import Expected
 from .mapping import CANONICAL, Layer, Mapped, arrange
@@ -187,6 +187,10 @@ class NodeComparison:
                 at["pos"] = at["slot"]
             return Location(**at)
 
+        query_heads = m.quantity in ("q", "kq", "kq_soft_max", "kqv")  # K/V elements belong to a KV head
+        for label, values in zip(m.labels, logical):
+            if query_heads and label in ("head", "col"):
+                return located(where, values if label == "head" else values // L.D_h)
         return where
 
     @staticmethod

@@ -7,7 +7,7 @@ memory stays flat.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Protocol
 
 from .arch import lookup
 from .arch.facts import MODEL, OPTION, AttentionFacts, Fact
@@ -83,11 +83,24 @@ def _fits(shape: tuple[int, list[int]], ev: Evaluation, source: str, header: Hea
                         f"heads, {kv if not isinstance(kv, list) else kv[0]} KV heads of D_h = {d}")
 
 
+class Observer(Protocol):
+    """What verify shows a collector (the HTML page's, check/page.py) besides the report."""
+
+    def evaluation(self, ev: Evaluation, reference: Any) -> None:
+        """Each evaluation once the checkers have seen it, while its nodes are still there; reference: the run's
+        reference forward pass with --model (get(layer, role)), else None."""
+
+    def site(self, report: SiteReport) -> None:
+        """Each SiteReport as the report takes it (after its run's facts were pinned)."""
+
+
 def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
-           progress: Callable[[Dump, Evaluation], None] | None = None, **kw) -> Report:
+           progress: Callable[[Dump, Evaluation], None] | None = None, observe: Observer | None = None,
+           **kw) -> Report:
     """Check every attention site of a dump; keyword arguments build Options (kq_scale=, layers=, heads=...).
 
-    progress(dump, evaluation) is called after each evaluation is checked (dump.bytes_read says how far it is).
+    progress(dump, evaluation) is called after each evaluation is checked (dump.bytes_read says how far it is);
+    observe (Observer) is shown each evaluation and each SiteReport.
     """
     opts = _options(options, kw)
     if not isinstance(dump, Dump):
@@ -118,6 +131,8 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
         report.flash_nodes += len(ev.flash)
         new_dump = checker.check(ev)
         new_model = model.check(ev) if model is not None else []
+        if observe is not None:
+            observe.evaluation(ev, model.current[0].ref if model is not None and model.current else None)
         from_dump += new_dump
         from_model += new_model
         if progress is not None:
@@ -132,6 +147,8 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
         from_model += more
     for sr in merge(from_dump, from_model):
         report.sites.append(sr)
+        if observe is not None:
+            observe.site(sr)
         if opts.fail_fast and not sr.passed:
             report.stopped_early = True
             break

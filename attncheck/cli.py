@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -49,6 +50,48 @@ def _write_json(doc: dict, target: str | None) -> None:
             f.write(text + "\n")
 
 
+def _html_target(ctx, param, value: str | None) -> str | None:
+    """--html FILE: a page that could not be written is a usage error before any work starts (one line, exit 2)."""
+    if value is None:
+        return None
+    folder = os.path.dirname(os.path.abspath(value))
+    why = ("is a folder" if os.path.isdir(value) else f"the folder {folder} does not exist" if not os.path.isdir(folder)
+           else f"the folder {folder} is not writable" if not os.access(folder, os.W_OK) else "")
+    if why:
+        _fail(printable(f"--html {value}: {why}"))
+        sys.exit(EXIT_INPUT)
+    return value
+
+
+def _html_option(what: str):
+    return click.option("--html", "html_out", metavar="FILE", callback=_html_target,
+                        help=f"Write {what} as one self-contained HTML page (open it from disk in a browser).")
+
+
+def _write_html(target: str, build) -> int:
+    """Build and write the page; EXIT_INPUT with one line when it cannot be written, else EXIT_PASS."""
+    from .check.html import write_page
+
+    try:
+        write_page(target, build())
+    except OSError as e:
+        _fail(printable(f"--html {target}: cannot write it: {e.strerror or e}"))
+        return EXIT_INPUT
+    return EXIT_PASS
+
+
+def _vocab(model: str | None) -> list[str] | None:
+    """The model's token texts for the page's axes (None without a model or a vocabulary)."""
+    if model is None:
+        return None
+    from .model.weights import load_model
+
+    try:
+        return load_model(model).vocab()
+    except ModelError:
+        return None
+
+
 @main.command()
 @click.argument("dumps", nargs=-1, metavar="[DUMP]...")
 @click.option("--kq-scale", type=float, help="The scale SOFT_MAX applied to kq (default 1/sqrt(D_h)).")
@@ -64,8 +107,11 @@ def _write_json(doc: dict, target: str | None) -> None:
 @click.option("--model", metavar="GGUF", help="Also check every printed attention number against this model's "
                                               "reference forward pass (gpt2, llama).")
 @click.option("--tokens", metavar="IDS", help="The prompt's token ids, e.g. 1,2,3, for logs that do not print them.")
-def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast, quiet, verbose, model, tokens):
+@_html_option("the report, a layer × head grid and each head's heatmaps")
+def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast, quiet, verbose, model, tokens,
+          html_out):
     """Check every attention head in one or more dumps (default: stdin)."""
+    from .check.page import PageData
     from .results import FixedTolerance
     from .progress import evaluation_progress, wanted as progress_wanted
     from .verify import Options, verify
@@ -80,18 +126,25 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast
         _fail("no dump given and stdin is a terminal: pipe llama-eval-callback's output in (2>&1 | attncheck) "
               "or name a dump file")
         sys.exit(EXIT_INPUT)
+    pages: list[tuple[Report, PageData]] = []
+    errors: list[str] = []
     for path in dumps or ("-",):
+        page = PageData("<stdin>" if path == "-" else path, opts.heads) if html_out else None
         try:
             with evaluation_progress(path, progress_wanted(quiet or json_out == "-")) as progress:
-                report = verify(path, opts, progress=progress)
+                report = verify(path, opts, progress=progress, on_site=page)
         except (DumpError, ModelError) as e:
             _fail(str(e))
+            errors.append(str(e))
             codes.append(EXIT_INPUT)
             continue
         except Exception as e:  # a bug: still one line, still exit 2
-            _fail(f"{path}: internal error ({type(e).__name__}: {e}); please report it with the dump")
+            errors.append(f"{path}: internal error ({type(e).__name__}: {e}); please report it with the dump")
+            _fail(errors[-1])
             codes.append(EXIT_INPUT)
             continue
+        if page is not None:
+            pages.append((report, page))
         for w in report.warnings:
             click.echo(f"attncheck: warning: {w}", err=True)
         from .check.render import render
@@ -108,6 +161,10 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast
         from .check.junit import check_xml, write
 
         write(check_xml(reports, list(zip(dumps or ("-",), codes))), junit)
+    if html_out:
+        from .check.html import check_page
+
+        codes.append(_write_html(html_out, lambda: check_page(pages, _vocab(model), errors)))
     sys.exit(_combine(codes))
 
 

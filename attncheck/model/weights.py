@@ -46,6 +46,11 @@ class Model:
         self._reader = reader
         self._tensors = {t.name: t for t in reader.tensors}
 
+    def vocab(self) -> list[str] | None:
+        """The text of every token id (tokenizer.ggml.tokens), or None when the file holds no vocabulary."""
+        tokens = _field(self._reader, "tokenizer.ggml.tokens")
+        return [str(t) for t in tokens] if isinstance(tokens, list) else None
+
     def has(self, name: str) -> bool:
         """Whether the file holds a tensor of that name."""
         return name in self._tensors

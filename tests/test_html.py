@@ -1,0 +1,164 @@
+"""`--html` without a browser: the page's structure and data on the real dumps, and text from the input landing as
+text (the browser test in tests/e2e/test_html.py opens the same pages in Chromium)."""
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from attncheck.check.page import unpack
+from conftest import FIXTURES, attncheck as run
+from dumpedit import DumpEdit
+from htmlcases import FAILING, GPT2, NASTY, NASTY_NODE, failing_copy, nasty_dump, nasty_model
+
+
+class Page(HTMLParser):
+    """The elements of a page (tag, attributes, the grid they sit in), its text, and its script data."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.elements: list[tuple[str, dict, dict]] = []  # tag, attributes, attributes of the enclosing grid table
+        self.text: list[str] = []
+        self.scripts: list[tuple[dict, str]] = []
+        self._grid: dict = {}
+        self._row: dict = {}
+        self._script: dict | None = None
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table":
+            self._grid = a if "grid" in (a.get("class") or "") else {}
+        if tag == "tr":
+            self._row = a
+        if tag == "script":
+            self._script = a
+        self.elements.append((tag, a, {**self._grid, **self._row}))
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._grid = {}
+
+    def handle_data(self, data):
+        if self._script is not None:
+            self.scripts.append((self._script, data))
+            self._script = None
+        else:
+            self.text.append(data)
+
+    def cells(self, kind: str = "ev") -> list[tuple[dict, dict]]:
+        """Head cells of the per-evaluation grids (or the worst-over-evaluations one): (attributes, grid and row)."""
+        return [(a, g) for tag, a, g in self.elements
+                if tag == "td" and "data-h" in a and kind in (g.get("class") or "")]
+
+    @property
+    def data(self) -> dict:
+        (text,) = [t for a, t in self.scripts if a.get("type") == "application/json"]
+        return json.loads(text)
+
+
+def page_of(tmp_path, dump, *args, code=0) -> tuple[Page, dict]:
+    out, doc = tmp_path / "page.html", tmp_path / "report.json"
+    r = run("check", dump, "--html", out, "--json", doc, "-q", *args)
+    assert r.code == code, r.err
+    return Page(out.read_text(encoding="utf-8")), json.loads(doc.read_text())
+
+
+@pytest.mark.parametrize("dump", ["gpt2-how-are.txt", "gpt2-ubatch2.txt", "llama-gqa-draw.txt",
+                                  "old-llama-gqa-how-are-you.txt"])
+def test_the_grid_has_a_cell_per_evaluation_layer_and_head(dump, tmp_path):
+    page, doc = page_of(tmp_path, FIXTURES / dump)
+    want = {(s["evaluation"], s["layer"], h) for s in doc["sites"] for h in range(s["H"])}
+    got = [(int(g["data-e"]), int(g["data-l"]), int(a["data-h"])) for a, g in page.cells()]
+    assert len(got) == len(want) and set(got) == want
+    worst = {(int(g["data-l"]), int(a["data-h"])) for a, g in page.cells("worst")}
+    assert worst == {(layer, h) for _, layer, h in want}
+    assert doc["verdict"] == "pass" and not any("r5" in a["class"] for a, _ in page.cells())
+    assert "PASS " in "".join(page.text)  # the verdict is in the HTML itself, for a browser without JavaScript
+
+
+def test_the_page_holds_the_printed_weights_and_outputs(tmp_path):
+    page, _ = page_of(tmp_path, FIXTURES / "gpt2-ubatch2.txt")
+    edit = DumpEdit(FIXTURES / "gpt2-ubatch2.txt", tmp_path / "unused.txt")  # an independent reader of the text
+    (d,) = page.data["dumps"]
+    for site in d["sites"]:
+        heads, q, s, dims = site["heads"], site["q"], site["s"], site["d"]
+        P = unpack(site["P"], (len(heads), len(q), len(s)))
+        O = unpack(site["O"], (len(heads), len(q), len(dims)))
+        layer, nth = site["l"], site["e"]
+        for i, h in enumerate(heads):
+            for k, t in enumerate(q):
+                assert P[i, k].tolist() == pytest.approx(
+                    [edit.get(f"kq_soft_max-{layer}", (h, t, j), nth) for j in s], abs=1e-6)
+                assert O[i, k].tolist() == pytest.approx(
+                    [edit.get(f"kqv-{layer}", (h, t, x), nth) for x in dims], abs=1e-6)
+    assert d["tokens"] == {"0": doc_tokens(FIXTURES / "gpt2-ubatch2.txt")}
+
+
+def doc_tokens(dump) -> list[int]:
+    return run("check", dump, "--json", "-").json()["tokens"][0]
+
+
+def test_a_failing_copy_marks_its_cell_and_its_element(tmp_path):
+    page, doc = page_of(tmp_path, failing_copy(tmp_path / "bad.txt"), code=1)
+    failing = {(int(g["data-e"]), int(g["data-l"]), int(a["data-h"])) for a, g in page.cells() if "r5" in a["class"]}
+    assert failing == {(0, 0, 0)}
+    (site,) = [s for s in page.data["dumps"][0]["sites"] if s["l"] == 0]
+    head, query, slot = FAILING
+    marked = [f for f in site["fails"] if f[:4] == [head, "P", query, slot]]
+    assert marked and marked[0][4] == pytest.approx(0.031) and marked[0][5] == pytest.approx(0.029, abs=1e-4)
+    assert marked[0][6] < 1e-4  # the bound the element broke
+    assert {f[1] for f in site["fails"]} == {"P", "O"}  # the kqv elements the changed weight feeds fail too
+    assert doc["sites"][0]["passed"] is False
+
+
+def test_with_the_model_the_page_holds_reference_rows_over_the_visible_slots(tmp_path):
+    page, _ = page_of(tmp_path, FIXTURES / "gpt2-ubatch2.txt", "--model", GPT2)
+    (d,) = page.data["dumps"]
+    for site in d["sites"]:
+        widths = [site["n_past"] + t + 1 for t in range(site["T"])]  # visible slots only, not the empty cache
+        H = len(site["rheads"])
+        assert site["rheads"] == list(range(site["H"]))  # every head, printed or not
+        rows = unpack(site["rP"], (H, sum(widths)))
+        sums = np.add.reduceat(rows, np.cumsum([0, *widths[:-1]]), axis=1)
+        assert np.allclose(sums, 1.0, atol=1e-5)
+        assert unpack(site["rO"], (H, site["T"], site["rD"])).shape == (H, site["T"], 64)
+    from gguf import GGUFReader
+
+    vocab = GGUFReader(GPT2).fields["tokenizer.ggml.tokens"].contents()
+    assert d["vocab"] and all(vocab[int(i)] == text for i, text in d["vocab"].items())
+
+
+def test_text_from_the_input_lands_as_text(tmp_path):
+    """A node name and a token text holding markup: escaped in the HTML, intact in the data."""
+    out = tmp_path / "page.html"
+    r = run("check", nasty_dump(tmp_path / "nasty.txt"), "--model", nasty_model(tmp_path / "nasty.gguf"),
+            "--html", out, "-q")
+    assert r.code == 1, r.err
+    text = out.read_text(encoding="utf-8")
+    assert NASTY not in text and "<img" not in text
+    page = Page(text)
+    assert [tag for tag, _, _ in page.elements if tag in ("script", "img", "iframe")] == ["script", "script"]
+    assert NASTY_NODE in "".join(page.text)  # the failure lines name the node, as text
+    (d,) = page.data["dumps"]
+    assert d["vocab"]["257"] == NASTY
+    assert any(s["nodes"].get("kq_soft_max") == NASTY_NODE for s in d["sites"])
+
+
+def test_an_html_target_in_a_missing_folder_is_a_usage_error_before_any_work(tmp_path):
+    r = run("check", tmp_path / "no-such-dump.txt", "--html", tmp_path / "missing" / "page.html")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert r.err.splitlines() == [f"attncheck: error: --html {tmp_path / 'missing' / 'page.html'}: the folder "
+                                  f"{tmp_path / 'missing'} does not exist"]
+    assert run("check", FIXTURES / "gpt2-how-are.txt", "--html", tmp_path).code == 2  # a folder, not a file
+
+
+def test_an_unusable_dump_is_on_the_page_beside_the_others(tmp_path):
+    out = tmp_path / "page.html"
+    r = run("check", FIXTURES / "gpt2-how-are.txt", tmp_path / "missing.txt", "--html", out, "-q")
+    assert r.code == 2
+    page = Page(out.read_text(encoding="utf-8"))
+    assert len(page.data["dumps"]) == 1 and "missing.txt: cannot read" in "".join(page.text)

@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test bench llama e2e clean
+.PHONY: install test bench llama browser e2e clean
 
 install:
 	$(PYTHON) -m pip install -e '.[test]'
@@ -12,10 +12,19 @@ test:
 llama:
 	scripts/build_llama.sh
 
-# end to end: the real binary piped into attncheck (builds it first when the cache folder has none)
-e2e:
+# the HTML page's browser test: Debian's Chromium and its driver (installed as root when missing), and selenium to
+# drive them from Python (a test-only dependency: attncheck itself never imports it)
+browser:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; fi
+	@$(PYTHON) -c "import selenium" 2>/dev/null || \
+	  $(PYTHON) -m pip install --quiet --disable-pip-version-check 'selenium>=4.11'
+
+# end to end: the real binary piped into attncheck (builds it first when the cache folder has none), and the HTML
+# page in headless Chromium
+e2e: browser
 	bin="$$(scripts/build_llama.sh)" && bin="$$(printf '%s\n' "$$bin" | tail -n 1)" && test -x "$$bin" && \
-	LLAMA_EVAL_CALLBACK="$$bin" $(PYTHON) -m pytest -q tests/e2e
+	LLAMA_EVAL_CALLBACK="$$bin" ATTNCHECK_BROWSER_REQUIRED=1 $(PYTHON) -m pytest -q tests/e2e
 
 bench:
 	$(PYTHON) bench/bench.py

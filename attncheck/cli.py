@@ -84,12 +84,9 @@ def _vocab(model: str | None) -> list[str] | None:
     """The model's token texts for the page's axes (None without a model or a vocabulary)."""
     if model is None:
         return None
-    from .model.weights import load_model
+    from .model.weights import vocab_of
 
-    try:
-        return load_model(model).vocab()
-    except ModelError:
-        return None
+    return vocab_of(model)
 
 
 @main.command()
@@ -237,8 +234,9 @@ def list_(dump):
 @click.option("--json", "json_out", metavar="FILE|-", help="Write the JSON report (schema 1); '-' for stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict line (and failures).")
 @click.option("--dump-only", is_flag=True, help="Check from the dump alone: do not recompute from -m's weights.")
+@_html_option("the report, a layer × head grid and each head's heatmaps")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
-def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, extra):
+def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_out, extra):
     """Run llama-eval-callback on a prompt and check its attention as it streams.
 
     Arguments after `--` go to llama.cpp; `--flash-attn off` is added unless you set flash attention. The
@@ -263,9 +261,12 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, extra
     except DumpError as e:
         _fail(str(e))
         sys.exit(EXIT_INPUT)
+    from .check.page import PageData
+
     report, error = None, None
+    page = PageData(proc.stream.name) if html_out else None
     try:
-        report = verify(proc.stream, Options(kq_scale=kq_scale, model=reference))
+        report = verify(proc.stream, Options(kq_scale=kq_scale, model=reference), on_site=page)
     except (DumpError, ModelError) as e:
         error = e
     code = proc.finish()
@@ -280,6 +281,11 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, extra
     render(report, _console(stderr=json_out == "-"), quiet=quiet)
     if json_out:
         _write_json(report.to_dict(), json_out)
+    if html_out:
+        from .check.html import check_page
+
+        if _write_html(html_out, lambda: check_page([(report, page)], _vocab(model))) != EXIT_PASS:
+            sys.exit(EXIT_INPUT)
     sys.exit(report.exit_code)
 
 

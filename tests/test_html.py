@@ -154,6 +154,8 @@ def test_an_html_target_in_a_missing_folder_is_a_usage_error_before_any_work(tmp
     assert r.err.splitlines() == [f"attncheck: error: --html {tmp_path / 'missing' / 'page.html'}: the folder "
                                   f"{tmp_path / 'missing'} does not exist"]
     assert run("check", FIXTURES / "gpt2-how-are.txt", "--html", tmp_path).code == 2  # a folder, not a file
+    started = run("run", "-m", GPT2, "-p", "x", "--bin", tmp_path / "no-such-binary", "--html", tmp_path / "no" / "p.html")
+    assert started.code == 2 and started.err.startswith("attncheck: error: --html ")  # before llama.cpp starts
 
 
 def test_an_unusable_dump_is_on_the_page_beside_the_others(tmp_path):

@@ -46,11 +46,6 @@ class Model:
         self._reader = reader
         self._tensors = {t.name: t for t in reader.tensors}
 
-    def vocab(self) -> list[str] | None:
-        """The text of every token id (tokenizer.ggml.tokens), or None when the file holds no vocabulary."""
-        tokens = _field(self._reader, "tokenizer.ggml.tokens")
-        return [str(t) for t in tokens] if isinstance(tokens, list) else None
-
     def has(self, name: str) -> bool:
         """Whether the file holds a tensor of that name."""
         return name in self._tensors
@@ -100,6 +95,16 @@ def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
         return f.contents()
     part = f.parts[f.data[0]]  # older gguf: scalar fields hold one part
     return bytes(part).decode() if part.dtype == np.uint8 else part.tolist()[0]
+
+
+def vocab_of(path: str | os.PathLike[str]) -> list[str] | None:
+    """The text of every token id (tokenizer.ggml.tokens) of a GGUF file of any architecture; None when it holds no
+    vocabulary or cannot be read."""
+    try:
+        tokens = _field(GGUFReader(path, "r"), "tokenizer.ggml.tokens")
+    except (OSError, ValueError):
+        return None
+    return [str(t) for t in tokens] if isinstance(tokens, list) else None
 
 
 def load_model(path: str | os.PathLike[str]) -> Model:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from htmlcases import FAILING, GPT2, NASTY, NASTY_NODE, failing_copy, nasty_dump, nasty_model
+from pipeline import BIN, LLAMA, again_if_cut
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("ATTNCHECK_ARTIFACTS", ROOT / "build" / "artifacts"))
@@ -179,3 +180,19 @@ def test_the_benchmark_dump_page_is_small_and_opens(browser, tmp_path):
                "browser_open_s": round(seconds, 2)}
     (ARTIFACTS / "bench-page.json").write_text(json.dumps(figures) + "\n")
     print(f"\nbenchmark page: {size / 1e6:.2f} MB, made in {made:.1f} s, opened in {seconds:.2f} s")
+
+
+@pytest.mark.skipif(not BIN, reason="set LLAMA_EVAL_CALLBACK (make e2e builds and sets it)")
+def test_run_writes_the_page_of_what_it_checked(browser, tmp_path):
+    out, doc = tmp_path / "run.html", tmp_path / "run.json"
+    r = again_if_cut(lambda: subprocess.run(
+        [sys.executable, "-m", "attncheck", "run", "-m", str(LLAMA), "-p", "I like to draw", "--html", str(out),
+         "--json", str(doc), "-q", "--", "-t", "2", "--seed", "1"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "LLAMA_EVAL_CALLBACK": BIN}))
+    assert r.returncode == 0, r.stderr
+    open_page(browser, out)
+    sites = json.loads(doc.read_text())["sites"]
+    assert len(css(browser, "table.grid.ev td[data-h]")) == sum(s["H"] for s in sites)
+    click_and_wait(browser, css(browser, "table.grid.ev td[data-h]")[0], "#head-view table.heat.p")
+    assert "reference P (--model)" in browser.find_element("id", "head-view").text  # run checks against -m
+    assert_clean(browser)

@@ -301,7 +301,8 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_
 @click.option("--model", metavar="GGUF", help="Also show the query's full rows (every dim and visible slot) from "
                                               "this model's reference forward pass, and check them.")
 @click.option("--tokens", metavar="IDS", help="The prompt's token ids, e.g. 1,2,3, for logs that do not print them.")
-def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, tokens):
+@_html_option("the walk and the head's heatmaps")
+def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, tokens, html_out):
     """Walk one head by hand: Q/K/V rows, scores, scale, mask, weights, weighted sum, beside the dump."""
     import os
 
@@ -309,9 +310,16 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, to
     from .inspect.render import render_walk, walk_dict
     from .inspect.walk import NothingToInspect
 
+    mw = page = None
     try:
-        w, mw = walk_head(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale, model=model,
-                          tokens=_tokens(tokens))
+        if html_out:
+            from .inspect.html import head_page
+
+            w, mw, page = head_page(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale,
+                                    model=model, tokens=_tokens(tokens), vocab=_vocab(model))
+        else:
+            w, mw = walk_head(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale, model=model,
+                              tokens=_tokens(tokens))
     except (DumpError, ModelError) as e:
         _fail(str(e))
         sys.exit(EXIT_INPUT)
@@ -337,6 +345,8 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, to
 
             doc["model"] = model_walk_dict(mw)
         _write_json(doc, json_out)
+    if page is not None and _write_html(html_out, lambda: page) != EXIT_PASS:
+        sys.exit(EXIT_INPUT)
     sys.exit(EXIT_PASS if w.passed and (mw is None or mw.passed) else EXIT_FAIL)
 
 

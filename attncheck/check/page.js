@@ -91,6 +91,7 @@
   });
   controls.appendChild(el("span", {cls: "note", text: "keys: ←/→ head, ↑/↓ layer, PgUp/PgDn evaluation"}));
   var body = el("div", {id: "head-body"});
+  controls.hidden = DATA.kind === "inspect"; // one head: nothing to move to
   panel.appendChild(controls);
   panel.appendChild(body);
 

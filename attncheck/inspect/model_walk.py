@@ -13,10 +13,11 @@ from typing import BinaryIO
 import numpy as np
 
 from ..arch.facts import AttentionFacts
-from ..results import CheckResult
-from ..dump.graph import Dump, read_dump
+from ..results import CheckResult, SiteReport
+from ..dump.graph import Dump, Evaluation, Site, read_dump
 from ..check.heads import kv_head
 from ..model.checker import ModelChecker
+from ..model.reference import Reference
 from ..dump.sample import Sample, parse_sample
 from ..arch import lookup
 from ..arch.gguf_header import read_header
@@ -90,9 +91,18 @@ def walk_with_model(dump: Dump | str | BinaryIO, layer: int, head: int, model: s
         dump = read_dump(dump)
     ev, site, run_views = select(dump, evaluation, layer)
     w = walk_site(dump.source, ev, site, head, query, run_views, given or AttentionFacts())
-    checker = ModelChecker(model, dump.source, kq_scale=kq_scale, tokens=tokens, layers=frozenset({layer}),
+    return w, model_walk_site(dump.source, ev, site, w, model, kq_scale, tokens)[0]
+
+
+def model_walk_site(src: str, ev: Evaluation, site: Site, w: HeadWalk, model: str, kq_scale: float | None = None,
+                    tokens: tuple[int, ...] | None = None) -> tuple[ModelWalk, list[SiteReport], Reference]:
+    """The model's side of a walk of one selected site, with the --model SiteReports of the walked layer (this
+    head's elements only) and the run's reference."""
+    layer, head = w.layer, w.head
+    checker = ModelChecker(model, src, kq_scale=kq_scale, tokens=tokens, layers=frozenset({layer}),
                            heads=frozenset({head}))
-    results = [r for sr in checker.check(ev) if sr.layer == layer for r in sr.results]
+    reports = [sr for sr in checker.check(ev) if sr.layer == layer]
+    results = [r for sr in reports for r in sr.results]
     expected, arithmetic = checker.current  # type: ignore[misc]
     ref = expected.ref
     pos, g = w.position, int(kv_head(head, w.H, w.H_kv))
@@ -101,7 +111,6 @@ def walk_with_model(dump: Dump | str | BinaryIO, layer: int, head: int, model: s
     kq = np.asarray(ref.get(layer, "kq"))[head, pos, :pos + 1]
     p = np.asarray(ref.get(layer, "kq_soft_max"))[head, pos, :pos + 1]
     o = np.asarray(ref.get(layer, "kqv"))[head, pos]
-    src = dump.source
     sample = lambda n: parse_sample(n, src) if n is not None and not n.quantized else None  # noqa: E731
     Q, S, P, O = sample(site.q), sample(site.kq), sample(site.softmax), sample(site.kqv)
     d_h = len(q)
@@ -114,4 +123,4 @@ def walk_with_model(dump: Dump | str | BinaryIO, layer: int, head: int, model: s
     K_h = np.asarray(ref.get(layer, "k_cache"))[g, :pos + 1]
     V_h = np.asarray(ref.get(layer, "v_cache"))[g, :, :pos + 1].T
     mw = ModelWalk(model, ref.hparams.arch, arithmetic, rows, K_h, V_h, tuple(results))
-    return w, mw
+    return mw, reports, ref

@@ -196,3 +196,15 @@ def test_run_writes_the_page_of_what_it_checked(browser, tmp_path):
     click_and_wait(browser, css(browser, "table.grid.ev td[data-h]")[0], "#head-view table.heat.p")
     assert "reference P (--model)" in browser.find_element("id", "head-view").text  # run checks against -m
     assert_clean(browser)
+
+
+def test_inspect_page_opens_on_its_head(browser, tmp_path):
+    out = tmp_path / "head.html"
+    page("inspect", failing_copy(tmp_path / "bad.txt"), "--layer", "0", "--head", "0", "--model", GPT2,
+         "--html", out, code=1)
+    open_page(browser, out)
+    head, query, slot = FAILING
+    (bad,) = css(browser, "#head-view table.heat.p td.bad")  # drawn without a click
+    assert f"query {query} · slot {slot}" in bad.get_attribute("title")
+    assert not browser.find_element("css selector", "#head-view .controls").is_displayed()
+    shot(browser, "inspect.png")

@@ -164,3 +164,17 @@ def test_an_unusable_dump_is_on_the_page_beside_the_others(tmp_path):
     assert r.code == 2
     page = Page(out.read_text(encoding="utf-8"))
     assert len(page.data["dumps"]) == 1 and "missing.txt: cannot read" in "".join(page.text)
+
+
+def test_inspect_writes_the_one_head_view(tmp_path):
+    out = tmp_path / "head.html"
+    r = run("inspect", failing_copy(tmp_path / "bad.txt"), "--layer", "0", "--head", "0", "--html", out)
+    assert r.code == 1, r.err
+    page = Page(out.read_text(encoding="utf-8"))
+    text = "".join(page.text)
+    assert "FAIL 2 visible weights" in text and "0.0310" in text  # the walk, as the terminal shows it
+    data = page.data
+    assert data["kind"] == "inspect" and data["open"] == {"d": 0, "e": 0, "l": 0, "h": 0}
+    (site,) = data["dumps"][0]["sites"]
+    assert site["heads"] == [0] and [0, "P", 1, 1] in [f[:4] for f in site["fails"]]
+    assert not page.cells()  # no grid: one head

@@ -1,0 +1,103 @@
+"""`inspect --html`: the one-head view as a page. The walk of one query (scores, scale, mask, softmax, weighted
+sum, each beside the dumped value) as tables, and the head's P and O heatmaps drawn by the same script as check's
+page, from the same collector (check/page.py) fed with the dump-only checks of this head and, with --model, the
+model's checks and reference."""
+from __future__ import annotations
+
+from typing import BinaryIO
+
+import numpy as np
+from rich.text import Text
+
+from ..check.dumponly import DumpChecker
+from ..check.html import document, esc, lines, table, token_texts
+from ..check.page import PageData
+from ..dump.graph import Dump, read_dump
+from ..verify import merge
+from .model_walk import ModelWalk, model_walk_site
+from .render import _err, _fmt, mask_line, verdict
+from .walk import HeadWalk, select, span, walk_site
+
+
+def _token(w: HeadWalk, position: int, vocab: list[str] | None) -> str:
+    t = w.token(position)
+    if t is None:
+        return ""
+    return f"{t} {vocab[t]!r}" if vocab is not None and 0 <= t < len(vocab) else str(t)
+
+
+def header(w: HeadWalk, vocab: list[str] | None) -> str:
+    gqa = (f"head {w.head} reads KV head {w.kv_head} (H = {w.H} query heads share H_kv = {w.H_kv} KV heads)"
+           if w.H_kv != w.H else f"head {w.head} reads KV head {w.kv_head} (H = H_kv = {w.H}: no head sharing)")
+    rows = [("source", w.source), ("evaluation", f"{w.evaluation} (run {w.run}, n_past {w.n_past}, T {w.T})"),
+            ("layer, head", f"layer {w.layer}, head {w.head} of 0..{w.H - 1}"), ("heads", gqa),
+            ("sizes", f"D_h = {w.D_h}, n_kv = {w.n_kv}"), ("kq_scale", f"{w.kq_scale:.6g} ({w.scale_origin})"),
+            ("query", f"{w.query}: position {w.position}, token {_token(w, w.position, vocab) or '—'} "
+                      f"({w.query_origin})")]
+    if w.tokens is not None:
+        rows.append(("tokens of the run", " ".join(_token(w, i, vocab) for i in range(len(w.tokens)))))
+    return table(("", ""), rows, "facts")
+
+
+def scores(w: HeadWalk, vocab: list[str] | None) -> str:
+    r = w.row
+    rows = []
+    for i, j in enumerate(int(x) for x in r.slots):
+        ok = "" if r.bound[i] != r.bound[i] else ("ok" if r.error[i] <= r.bound[i] else "FAIL")
+        rows.append((j, _token(w, j, vocab), "—" if r.kq is None else _fmt(r.kq[i]),
+                     "—" if r.scaled is None else _fmt(r.scaled[i], 6), "0" if r.mask[i] == 0 else "-inf",
+                     _fmt(r.softmax[i], 6), _fmt(r.kq_soft_max[i]), _err(r.error[i]), _err(r.bound[i]),
+                     ok or ("reference" if j == r.reference else "")))
+    how = "softmax over the visible slots" if r.reference is None else \
+        f"recomputed relative to slot {r.reference}: p_j = p_k·exp(kq_scale·(s_j − s_k))"
+    return (f"<h3>{esc(f'query {w.query} (position {w.position}): p_j = softmax(kq·{w.kq_scale:.6g} + mask)_j, {how}')}"
+            f"</h3>" + table(("slot", "token", "kq s_j", "s_j·scale", "mask", "softmax", "kq_soft_max", "|err|",
+                              "bound", ""), rows) + lines([mask_line(w)] + ([r.why_not] if r.why_not else []), "dim"))
+
+
+def weighted(w: HeadWalk) -> str:
+    ws = w.weighted
+    if ws is None:
+        return f'<p class="note">{esc("weighted sum not recomputed: " + w.weighted_why_not)}</p>'
+    rows = [(f"d{d}", _fmt(ws.weighted_sum[i], 6), _fmt(ws.kqv[i]), _err(ws.error[i]), _err(ws.bound[i]),
+             "ok" if ws.error[i] <= ws.bound[i] else "FAIL") for i, d in enumerate(int(x) for x in ws.dims)]
+    title = (f"O_h[{w.query}, d] = Σ_j p_j·V_h[j, d] over the visible slots {span(ws.slots)} (p_j as dumped; V_h "
+             f"of KV head {w.kv_head})")
+    return f"<h3>{esc(title)}</h3>" + table(("dim", "Σ p_j v_j", "kqv", "|err|", "bound", ""), rows)
+
+
+def model_rows(mw: ModelWalk) -> str:
+    rows = [(r.name, r.node or "—", f"{r.printed} of {len(r.index)}",
+             _err(float(np.nanmax(np.abs(r.dumped - r.reference))) if r.printed else float("nan")))
+            for r in mw.rows]
+    return (f"<h3>{esc(f'the walked query from the model ({mw.model}, {mw.arch})')}</h3>" +
+            table(("row", "node", "printed", "max |dumped − reference|"), rows))
+
+
+def head_page(dump: Dump | str | BinaryIO, layer: int, head: int, *, query: int | None = None, evaluation: int = 0,
+              kq_scale: float | None = None, model: str | None = None, tokens: tuple[int, ...] | None = None,
+              vocab: list[str] | None = None) -> tuple[HeadWalk, ModelWalk | None, str]:
+    """The walk (and the model's side of it), and the page showing both with the head's heatmaps."""
+    if not isinstance(dump, Dump):
+        dump = read_dump(dump)
+    src = dump.source
+    ev, site = select(dump, evaluation, layer)
+    w = walk_site(src, ev, site, head, query, kq_scale)
+    only = frozenset({head})
+    reports = DumpChecker(src, kq_scale, frozenset({layer}), only).check(ev)
+    mw = reference = None
+    if model is not None:
+        mw, model_reports, reference = model_walk_site(src, ev, site, w, model, kq_scale, tokens)
+        reports = merge(reports, model_reports)
+    collected = PageData(src, only)
+    for sr in reports:
+        collected(ev, sr, reference)
+    passed = w.passed and (mw is None or mw.passed)
+    body = (f'<section class="dump"><p class="verdict {"pass" if passed else "fail"}">'
+            f"{esc(Text.from_markup(verdict(w)).plain)}</p>{header(w, vocab)}{scores(w, vocab)}{weighted(w)}"
+            f"{model_rows(mw) if mw is not None else ''}{lines(list(w.notes), 'warnings')}</section>"
+            '<section id="head-view" hidden></section>')
+    data = {"kind": "inspect", "open": {"d": 0, "e": ev.index, "l": layer, "h": head},
+            "dumps": [{"source": src, "sites": collected.sites, "tokens": collected.tokens,
+                       "vocab": token_texts(collected.tokens, vocab)}]}
+    return w, mw, document(f"attncheck inspect: {src} layer {layer} head {head}", body, data, "inspect")

@@ -361,7 +361,8 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, to
 @click.option("--nmse", is_flag=True, help="Per-op NMSE thresholds as llama.cpp's test-backend-ops, not atol/rtol.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the divergences and the verdict.")
 @click.option("-v", "--verbose", is_flag=True, help="Every matched node, compared or not, and every unmatched one.")
-def diff_(old, new, prefix, json_out, junit, atol, rtol, nmse, quiet, verbose):
+@_html_option("every compared node along the graph, with the tolerance it needed,")
+def diff_(old, new, prefix, json_out, junit, atol, rtol, nmse, quiet, verbose, html_out):
     """Compare two dumps of one model and prompt node by node (two llama.cpp builds): where they first diverge."""
     from .diff.compare import ATOL, RTOL, DiffReport, Tolerance, diff
     from .check.junit import write
@@ -387,6 +388,11 @@ def diff_(old, new, prefix, json_out, junit, atol, rtol, nmse, quiet, verbose):
         _write_json(diff_dict(rep), json_out)
     if junit:
         write(diff_xml(rep), junit)
+    if html_out:
+        from .diff.html import diff_page
+
+        if _write_html(html_out, lambda: diff_page(rep)) != EXIT_PASS:
+            sys.exit(EXIT_INPUT)
     sys.exit(rep.exit_code)
 
 

@@ -178,3 +178,20 @@ def test_inspect_writes_the_one_head_view(tmp_path):
     (site,) = data["dumps"][0]["sites"]
     assert site["heads"] == [0] and [0, "P", 1, 1] in [f[:4] for f in site["fails"]]
     assert not page.cells()  # no grid: one head
+
+
+def test_diff_writes_the_nodes_along_the_graph_with_the_first_divergent_marked(tmp_path):
+    out, doc = tmp_path / "diff.html", tmp_path / "diff.json"
+    r = run("diff", FIXTURES / "gpt2-how-are-you.txt", FIXTURES / "gpt2-kv-f32.txt", "-q", "--html", out,
+            "--json", doc)
+    assert r.code == 1, r.err
+    report = json.loads(doc.read_text())
+    page = Page(out.read_text(encoding="utf-8"))
+    compared = [n for n in report["nodes"] if not n["skipped"]]
+    rows = [a for tag, a, _ in page.elements if tag == "tr" and (a.get("id") or "").startswith("n")]
+    links = [a for tag, a, _ in page.elements if tag == "a" and (a.get("href") or "").startswith("#n")]
+    assert len(rows) == len(links) == len(compared)
+    (first,) = [a for a in rows if "first" in (a.get("class") or "")]
+    assert compared[int(first["id"][1:])]["new"]["name"] == report["first_divergent"]["new"]["name"]
+    assert sum("r5" in a["class"] for a in links) == report["totals"]["diverged"]
+    assert "▶ first divergent computation" in "".join(page.text)

@@ -208,3 +208,17 @@ def test_inspect_page_opens_on_its_head(browser, tmp_path):
     assert f"query {query} · slot {slot}" in bad.get_attribute("title")
     assert not browser.find_element("css selector", "#head-view .controls").is_displayed()
     shot(browser, "inspect.png")
+
+
+def test_diff_page_links_the_first_divergent_node(browser, tmp_path):
+    out = tmp_path / "diff.html"
+    fixtures = ROOT / "fixtures"
+    page("diff", fixtures / "gpt2-how-are-you.txt", fixtures / "gpt2-kv-f32.txt", "-q", "--html", out, code=1)
+    open_page(browser, out)
+    (first,) = css(browser, ".strip a.first")
+    first.click()
+    row = browser.find_element("css selector", "tr.first")
+    assert browser.execute_script("return location.hash") == "#" + row.get_attribute("id")
+    assert "first divergent node" in row.text and "DIFF" in row.text
+    assert_clean(browser)
+    shot(browser, "diff.png")

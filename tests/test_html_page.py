@@ -195,3 +195,18 @@ def test_diff_writes_the_nodes_along_the_graph_with_the_first_divergent_marked(t
     assert compared[int(first["id"][1:])]["new"]["name"] == report["first_divergent"]["new"]["name"]
     assert sum("r5" in a["class"] for a in links) == report["totals"]["diverged"]
     assert "▶ first divergent computation" in "".join(page.text)
+
+
+@pytest.mark.parametrize("facts", [
+    {"kq_scale": {"value": 0.125, "origin": "GGUF attention.scale", "rows": 12}, "sinks": {"value": None,
+                                                                                          "origin": "none"}},
+    [{"name": "kq_scale", "value": 0.125, "origin": "GGUF attention.scale", "rows": 12},
+     {"name": "sinks", "value": None, "origin": "none"}],
+])
+def test_facts_of_the_report_show_whatever_their_form(facts):
+    """The report's `facts` entry (a dict or a list of facts, each a value and an origin) becomes rows as it is."""
+    from attncheck.check.html import fact_rows, table
+
+    rows = fact_rows(facts)
+    assert rows == [("kq_scale", "0.125", "GGUF attention.scale", "rows: 12"), ("sinks", "—", "none", "")]
+    assert "<td>GGUF attention.scale</td>" in table(("fact", "value", "origin", "details"), rows)

@@ -189,13 +189,16 @@ def eval_grid(d: int, e: int, sites: dict, layers: list[int], H: int, filtered) 
 
 def worst_grid(d: int, sites: dict, layers: list[int], H: int, n_evs: int) -> str:
     """Per layer and head, the worst over the evaluations (a click opens the evaluation it came from)."""
+    by_layer: dict[int, list[tuple[int, dict]]] = {}
+    for (e, lay), s in sites.items():
+        by_layer.setdefault(lay, []).append((e, s))
     rows = []
     for layer in layers:
         cells = []
         for h in range(H):
-            figs = [(s["fig"][h], e) for (e, lay), s in sites.items() if lay == layer and h in s["fig"]]
+            figs = [(s["fig"][h], e) for e, s in by_layer[layer] if h in s["fig"]]
             if not figs:
-                ev = next((e for (e, lay) in sites if lay == layer), 0)
+                ev = by_layer[layer][0][0]
                 cells.append(f'<td class="np" data-h="{h}" data-e="{ev}" title="layer {layer} head {h}: no element '
                              'compared"></td>')
                 continue

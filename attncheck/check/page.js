@@ -178,7 +178,8 @@
                               text: hi < 0 && ri < 0 ? "head " + h + " was not printed (llama.cpp printed heads " +
                                     span(site.heads) + ")" : headFigure(site, h)}));
     var fails = site.fails.filter(function (f) { return f[0] === h; });
-    body.appendChild(el("h3", {text: "P = " + (site.nodes.kq_soft_max || "weights") + ": queries × slots"}));
+    body.appendChild(el("h3", {text: site.nodes.kq_soft_max ? "P = " + site.nodes.kq_soft_max + ": queries × slots"
+                                     : "P: queries × slots (flash attention prints no weights)"}));
     body.appendChild(heatP(d, site, h, hi, ri, fails));
     body.appendChild(el("h3", {text: "O = " + (site.nodes.kqv || site.nodes.flash_attn || "output") + ": queries × dims"}));
     body.appendChild(heatO(d, site, h, hi, ri, fails));

@@ -126,10 +126,10 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast
     pages: list[tuple[Report, PageData]] = []
     errors: list[str] = []
     for path in dumps or ("-",):
-        page = PageData("<stdin>" if path == "-" else path, opts.heads) if html_out else None
+        page = PageData("<stdin>" if path == "-" else path, opts.heads, opts.layers) if html_out else None
         try:
             with evaluation_progress(path, progress_wanted(quiet or json_out == "-")) as progress:
-                report = verify(path, opts, progress=progress, on_site=page)
+                report = verify(path, opts, progress=progress, observe=page)
         except (DumpError, ModelError) as e:
             _fail(str(e))
             errors.append(str(e))
@@ -266,7 +266,7 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_
     report, error = None, None
     page = PageData(proc.stream.name) if html_out else None
     try:
-        report = verify(proc.stream, Options(kq_scale=kq_scale, model=reference), on_site=page)
+        report = verify(proc.stream, Options(kq_scale=kq_scale, model=reference), observe=page)
     except (DumpError, ModelError) as e:
         error = e
     code = proc.finish()

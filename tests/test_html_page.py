@@ -210,3 +210,37 @@ def test_facts_of_the_report_show_whatever_their_form(facts):
     rows = fact_rows(facts)
     assert rows == [("kq_scale", "0.125", "GGUF attention.scale", "rows: 12"), ("sinks", "—", "none", "")]
     assert "<td>GGUF attention.scale</td>" in table(("fact", "value", "origin", "details"), rows)
+
+
+def test_the_facts_each_run_was_checked_under_are_on_the_page(tmp_path):
+    """The report's per-run records (facts, and how they were pinned) become rows named by run."""
+    page, doc = page_of(tmp_path, FIXTURES / "gpt2-ubatch2.txt", "--kq-scale", "0.125")
+    (record,) = doc["facts"]
+    text = " ".join(page.text)
+    assert "run 0 kq_scale" in text and record["kq_scale"]["origin"] in text
+    assert "run 0: how" in text and f"rows: {record['rows']}" in text
+
+
+def test_masked_slots_carry_their_reason(tmp_path):
+    """gpt2-ubatch2 (-ub 2): a later token of the ubatch is causal (1), slots past the tokens are empty (2), and the
+    unprinted slots 3..252 hold as many visible slots as the query's position passes 2."""
+    page, _ = page_of(tmp_path, FIXTURES / "gpt2-ubatch2.txt")
+    sites = {(s["e"], s["l"]): s for s in page.data["dumps"][0]["sites"]}
+    first, last = sites[(0, 0)], sites[(2, 0)]
+    assert first["s"] == last["s"] == [0, 1, 2, 253, 254, 255] and first["q"] == [0, 1]
+    assert first["mask"] == "012222" + "002222"  # query 0 at position 0: slot 1 is the next token's
+    assert last["mask"] == "000222" * 2 and last["gaps"] == [[2], [3]]  # positions 4 and 5 see slots 3.. of the gap
+    assert page.data["reasons"]["3"] == "outside the window"
+
+
+def test_a_window_masks_by_its_own_reason():
+    """No shipped dump has a sliding window; the reasons come from check/mask.py under the site's facts."""
+    from types import SimpleNamespace
+
+    from attncheck.check.mask import Geometry
+    from attncheck.check.page import mask_codes
+
+    sr = SimpleNamespace(kq_scale=0.125, facts={"mask": "causal", "window": {"n_swa": 2, "kind": "standard"}})
+    out = mask_codes(Geometry(4, 2, 256, True), sr, {"q": [0, 1], "s": [0, 1, 2, 253, 254, 255], "rP": None})
+    assert out["mask"] == "333222" + "333222"  # positions 4 and 5 see only themselves and the slot before
+    assert out["gaps"] == [[2], [2]]

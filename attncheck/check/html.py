@@ -21,7 +21,8 @@ from string import Template
 
 from .. import __version__
 from ..errors import printable
-from .page import PageData, number
+from .mask import REASONS as MASK_REASONS
+from .page import PageData
 from .render import coverage_lines, failure_lines, verdict
 from .report import Report
 
@@ -57,6 +58,7 @@ def asset(name: str) -> str:
 
 def document(title: str, body: str, data: dict, kind: str) -> str:
     """The whole page: body is HTML already escaped; data goes to the script as JSON."""
+    data = {**data, "reasons": MASK_REASONS}
     return Template(asset("page.html")).substitute(
         title=esc(title), css=asset("page.css"), js=asset("page.js"), body=body, data=script_json(data),
         kind=esc(kind), version=esc(__version__))
@@ -92,35 +94,46 @@ def _value(v: object) -> str:
     return json.dumps(_clean(v), ensure_ascii=False, separators=(", ", ": "))
 
 
-def fact_rows(facts: object) -> list[tuple[str, str, str, str]]:
-    """A report's `facts` entry, whatever it holds: a dict of name → fact or a list of facts, each fact a dict with
-    a value and an origin (other keys shown as details) or a bare value."""
+def _is_fact(f: object) -> bool:
+    return isinstance(f, dict) and "value" in f
+
+
+def fact_rows(facts: object, group: str = "") -> list[tuple[str, str, str, str]]:
+    """A report's `facts` entry, whatever it holds: facts (dicts with a value and an origin, other keys shown as
+    details) by name in a dict or in a list, or groups of them (a run's record: its facts, and how they were
+    pinned as details); anything else as a bare value."""
     items = facts.items() if isinstance(facts, dict) else enumerate(facts if isinstance(facts, list) else [facts])
     out = []
     for key, f in items:
+        if isinstance(f, dict) and not _is_fact(f) and any(_is_fact(v) for v in f.values()):
+            label = f"run {f['run']}" if "run" in f else str(key)
+            out += fact_rows({k: v for k, v in f.items() if _is_fact(v)}, label)
+            rest = {k: v for k, v in f.items() if not _is_fact(v) and k != "run" and v not in (None, [], {}, "")}
+            if rest:
+                out.append((f"{label}: how", "", "", ", ".join(f"{k}: {_value(v)}" for k, v in rest.items())))
+            continue
         if isinstance(f, dict):
-            name = f.get("name", f.get("fact", key))
-            rest = {k: v for k, v in f.items() if k not in ("name", "fact", "value", "origin")}
-            out.append((str(name), _value(f.get("value")), _value(f.get("origin")),
+            name = str(f.get("name", f.get("fact", key)))
+            rest = {k: v for k, v in f.items() if k not in ("name", "fact", "value", "origin") and v is not None}
+            out.append((f"{group} {name}".strip(), _value(f.get("value")), _value(f.get("origin")),
                         ", ".join(f"{k}: {_value(v)}" for k, v in rest.items())))
         else:
-            out.append((str(key), _value(f), "", ""))
+            out.append((f"{group} {key}".strip(), _value(f), "", ""))
     return out
 
 
 def facts_table(report: Report, doc: dict) -> str:
     """The attention facts the checks used, and where each came from."""
     rows: list[tuple[str, str, str, str]] = []
-    ks = doc["kq_scale"]
-    scales = sorted({s.kq_scale for s in report.sites})
-    value = ks["value"] if ks["value"] is not None else ", ".join(f"{x:.6g}" for x in scales) or "—"
-    rows.append(("kq_scale", _value(value), ks["origin"], ""))
+    if not doc.get("facts"):  # a report from before facts were pinned per run: the scale is all it knows
+        ks = doc["kq_scale"]
+        scales = sorted({s.kq_scale for s in report.sites})
+        value = ks["value"] if ks["value"] is not None else ", ".join(f"{x:.6g}" for x in scales) or "—"
+        rows.append(("kq_scale", _value(value), ks["origin"], ""))
     inferred = doc["inferred_kq_scale"]
     if inferred["value"] is not None:
         rows.append(("kq_scale inferred", _value(inferred["value"]), "the printed weights and scores",
                      f"{inferred['rows']} rows"))
-    rows.append(("mask", "causal: the query at position p reads slots 0..p; later tokens of its ubatch and empty "
-                         "cache slots are −inf", "llama.cpp's KV cache; n_past from the earlier evaluations", ""))
     rows.append(("bounds", "atol/rtol" if report.tolerance else "per element", doc["tolerance"]["origin"], ""))
     model = doc.get("model")
     if model:

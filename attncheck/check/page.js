@@ -199,10 +199,16 @@
     return out;
   }
 
-  function maskReason(site, pos, slot) {
-    if (slot <= pos) return null;
-    if (slot < site.n_past + site.T) return ["causal", "causal: slot " + slot + " holds a later token of this ubatch"];
-    return ["empty", "empty cache slot (nothing stored there yet)"];
+  var REASON_CLASS = ["", "causal", "empty", "window"];
+  function reasonAt(site, which, t, slot) {
+    // [class, words] why slot is masked for query t (null: visible, or not known), from the codes the page was given
+    var codes = site[which];
+    if (codes == null) return null;
+    var ti = which === "mask" ? site.q.indexOf(t) : t;
+    var si = (which === "mask" ? site.s : site.rslots).indexOf(slot);
+    if (ti < 0 || si < 0) return null;
+    var code = Number(codes.charAt(ti * (which === "mask" ? site.s.length : site.rslots.length) + si));
+    return code ? [REASON_CLASS[code] || "m", (DATA.reasons || {})[code] || "masked"] : null;
   }
 
   function pColour(p) {
@@ -236,7 +242,7 @@
       if (c.gap) {
         tr.appendChild(el("th", {text: "…", title: what + "s " + c.gap[0] + ".." + c.gap[1] + " not printed"}));
       } else {
-        var tok = what === "slot" ? token(d, site.run, c.i) : "";
+        var tok = what === "slot" ? token(d, site.run, (site.slot_base || 0) + c.i) : "";
         tr.appendChild(el("th", {text: String(c.i) + (tok ? " " + tok : ""), title: what + " " + c.i + (tok ? " " + tok : "")}));
       }
     });
@@ -262,27 +268,31 @@
       var tk = site.q.indexOf(t), jk = site.s.indexOf(j);
       return P && tk >= 0 && jk >= 0 ? P[(hi * nq + tk) * ns + jk] : undefined;
     };
+    var masked = function (td, mask, got) {
+      td.className = "m " + mask[0];
+      td.textContent = got !== undefined && got !== 0 ? fmt(got) : "·";
+      td.title = "masked: " + mask[1] + (got !== undefined ? "; printed " + fmt(got) : "");
+    };
     var rows = [], cols, queries;
-    if (ref) { // the reference over the visible slots, the printed empty slots after a gap
-      var V = site.n_past + site.T, total = 0;
-      for (var t0 = 0; t0 < site.T; t0++) total += site.n_past + t0 + 1;
-      cols = [];
-      for (var j = 0; j < V; j++) cols.push({i: j});
-      var after = site.s.filter(function (j) { return j >= V; });
-      gapped(after, site.n_kv, V).forEach(function (c) { cols.push(c.gap ? c : {i: c.i}); });
+    if (ref) { // the reference over the slots up to each query, then the printed slots past the tokens
+      var total = 0, starts = [];
+      for (var t0 = 0; t0 < site.T; t0++) { starts.push(total); total += site.n_past + t0 + 1; }
+      var slots = site.rslots || [];
+      cols = gapped(slots, site.n_kv).filter(function (c) { return !c.gap || c.gap[0] > 0; });
       queries = [];
       for (var t1 = 0; t1 < site.T; t1++) queries.push({i: t1});
-      var start = 0;
       queries.forEach(function (q) {
         var t = q.i, pos = site.n_past + t, tr = el("tr", {}, [rowHead(d, site, t)]);
         cols.forEach(function (c) {
-          if (c.gap) { tr.appendChild(el("td", {cls: "np m empty", text: "…", title: "slots " + c.gap[0] + ".." + c.gap[1] + ": empty cache slots (masked), not printed"})); return; }
-          var got = printedAt(t, c.i), mask = maskReason(site, pos, c.i), td, f = failAt(fails, "P", t, c.i);
-          if (mask) {
-            td = el("td", {cls: "m " + mask[0], text: got !== undefined && got !== 0 ? fmt(got) : "·", title: "masked (" + mask[1] + ")" + (got !== undefined ? "; printed " + fmt(got) : "")});
-          } else {
-            var r = ref[ri * total + start + c.i];
-            td = el("td", {text: fmt(r), title: "query " + t + " · slot " + c.i + ": reference " + fmt(r, 6) + (got !== undefined ? "; printed " + fmt(got) : "; not printed")});
+          if (c.gap) { tr.appendChild(el("td", {cls: "np m empty", text: "…", title: "slots " + c.gap[0] + ".." + c.gap[1] + ": empty cache slots, not printed"})); return; }
+          var got = printedAt(t, c.i), mask = reasonAt(site, "rmask", t, c.i), f = failAt(fails, "P", t, c.i);
+          var td = el("td", {});
+          if (mask) masked(td, mask, got);
+          else if (c.i > pos) { td.textContent = "?"; td.title = "visible, but the reference holds no weight here"; }
+          else {
+            var r = ref[ri * total + starts[t] + c.i];
+            td.textContent = fmt(r);
+            td.title = "query " + t + " · slot " + c.i + ": reference " + fmt(r, 6) + (got !== undefined ? "; printed " + fmt(got) : "; not printed");
             td.style.background = pColour(r);
             if (r > 0.55) td.style.color = "#fff";
           }
@@ -290,7 +300,6 @@
           if (f) { td.classList.add("bad"); td.textContent = fmt(f[4]); td.title = td.title + "\n" + failText(f); }
           tr.appendChild(td);
         });
-        start += pos + 1;
         rows.push(tr);
       });
     } else { // the printed weights, elided slots and queries as labelled gaps
@@ -298,20 +307,22 @@
       queries = gapped(site.q, site.T);
       queries.forEach(function (q) {
         if (q.gap) { rows.push(el("tr", {}, [el("th", {text: "q" + q.gap[0] + ".." + q.gap[1] + " …", title: "queries " + q.gap[0] + ".." + q.gap[1] + " not printed"})])); return; }
-        var t = q.i, pos = site.n_past + t, tr = el("tr", {}, [rowHead(d, site, t)]);
+        var t = q.i, tr = el("tr", {}, [rowHead(d, site, t)]), g = 0;
         cols.forEach(function (c) {
           if (c.gap) {
-            var visLast = Math.min(c.gap[1], pos), text = "slots " + c.gap[0] + ".." + c.gap[1] + " not printed: ";
-            text += visLast >= c.gap[0] ? "visible " + c.gap[0] + ".." + visLast + " (weights unknown)" : "none visible";
-            if (visLast < c.gap[1]) text += "; masked " + (visLast + 1) + ".." + c.gap[1];
+            var n = c.gap[1] - c.gap[0] + 1, seen = site.gaps && site.gaps[q.k] ? site.gaps[q.k][g] : null;
+            var text = "slots " + c.gap[0] + ".." + c.gap[1] + " not printed: " + (seen === null || seen === undefined ?
+              "which are visible is not known" : seen + " of " + n + " visible (their weights unknown), " + (n - seen) + " masked");
+            g += 1;
             tr.appendChild(el("td", {cls: "np", text: "…", title: text}));
             return;
           }
-          var p = P[(hi * nq + q.k) * ns + c.k], mask = maskReason(site, pos, c.i), f = failAt(fails, "P", t, c.i), td;
-          if (mask) {
-            td = el("td", {cls: "m " + mask[0], text: p !== 0 ? fmt(p) : "·", title: "masked (" + mask[1] + "); printed " + fmt(p)});
-          } else {
-            td = el("td", {text: fmt(p), title: "query " + t + " · slot " + c.i + ": printed " + fmt(p)});
+          var p = P[(hi * nq + q.k) * ns + c.k], mask = reasonAt(site, "mask", t, c.i), f = failAt(fails, "P", t, c.i);
+          var td = el("td", {});
+          if (mask) masked(td, mask, p);
+          else {
+            td.textContent = fmt(p);
+            td.title = "query " + t + " · slot " + c.i + ": printed " + fmt(p);
             td.style.background = pColour(p);
             if (p > 0.55) td.style.color = "#fff";
           }
@@ -324,8 +335,8 @@
     }
     var wrap = el("div", {}, [table("p", headerRow(d, site, cols, "slot"), rows, cols.length)]);
     wrap.appendChild(el("p", {cls: "note", text: ref ?
-      "reference P (--model) over the visible slots 0.." + (site.n_past + site.T - 1) + "; outlined: printed by llama.cpp; red: beyond its bound, showing the dumped value (hover for the recomputed one and the bound); · masked"
-      : "printed weights; … not printed; · masked (causal: a later token of this ubatch; empty: no token stored yet)"}));
+      "reference P (--model) up to each query's position; outlined: printed by llama.cpp; red: beyond its bound, showing the dumped value (hover for the recomputed one and the bound); · masked (hover for why)"
+      : "printed weights; … not printed; · masked: a later token of this ubatch (causal), an empty cache slot, or outside the window (hover for which)"}));
     return wrap;
   }
 

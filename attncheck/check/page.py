@@ -1,11 +1,12 @@
 """What the HTML page draws per attention site, collected while evaluations stream through verify.
 
-`verify(dump, on_site=PageData(...))` hands each SiteReport here while its evaluation's nodes are still there. Per
-site this keeps, in compact form: the printed P and O of each printed head (queries × printed slots or dims), the
-per-head figures of every check (results.HeadFigures), the failing elements with their dumped and recomputed values
-and bounds, and with --model the reference P over the visible slots (n_past + t + 1 per query, not the empty cache
-slots) and the reference O over every dim. Arrays are float32 in base64 (4 bytes a value, NaN and inf kept); no
-text of the evaluation is kept, so memory grows with the number of sites, not with the size of the dump.
+`verify(dump, observe=PageData(...))` shows each evaluation here while its nodes are still there, and each
+SiteReport once its run's facts are pinned. Per site this keeps, in compact form: the printed P and O of each
+printed head (queries × printed slots or dims), the per-head figures of every check (results.HeadFigures), the
+failing elements with their dumped and recomputed values and bounds, why each drawn slot is masked (check/mask.py),
+and with --model the reference P over the slots up to each query's own position (not the empty cache slots) and the
+reference O over every dim. Arrays are float32 in base64 (4 bytes a value, NaN and inf kept); no text of the
+evaluation is kept, so memory grows with the number of sites, not with the size of the dump.
 
 The checks do not know of this module: it reads their results and the printed nodes the sites name.
 """
@@ -17,9 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from ..arch.facts import Window
 from ..dump.graph import Evaluation, Site
 from ..dump.sample import parse_sample
 from ..results import CheckResult, SiteReport
+from .mask import Geometry, Mask, SiteFacts, full_mask
 
 P_CHECKS = {"masked", "softmax", "softmax_ratio", "model_softmax"}  # checks whose elements are weights P[h, t, slot]
 O_CHECKS = {"pv", "model_kqv", "model_flash_attn"}  # checks whose elements are outputs O[h, t, dim]
@@ -94,69 +97,111 @@ def check_rows(sr: SiteReport) -> list[list]:
 
 
 class PageData:
-    """The collector verify feeds (on_site): one compact record per site, for the HTML page (check/html.py)."""
+    """The collector verify feeds (verify.Observer): what the page draws of each site's printed nodes (and of the
+    reference) as its evaluation streams by, completed by the site's figures when the report takes its SiteReport
+    (after the run's facts were pinned). Records stay in this compact form; the evaluation is not kept."""
 
-    def __init__(self, source: str, heads: frozenset[int] | None = None):
+    def __init__(self, source: str, heads: frozenset[int] | None = None, layers: frozenset[int] | None = None):
         self.source = source
         self.heads = heads  # --head: only these heads are kept
-        self.sites: list[dict] = []
+        self.layers = layers  # --layer: only these layers are kept
+        self.sites: list[dict] = []  # in report order
         self.tokens: dict[int, list[int]] = {}  # run → its token ids, when the log printed them
+        self._printed: dict[tuple[int, int], dict] = {}  # (evaluation, line of P or flash) → printed values
+        self._reference: dict[tuple[int, int], dict] = {}  # (evaluation, layer) → the reference's
 
-    def __call__(self, ev: Evaluation, sr: SiteReport, reference: Any = None) -> None:
+    def evaluation(self, ev: Evaluation, reference: Any = None) -> None:
         if ev.tokens:
             self.tokens.setdefault(ev.run, list(ev.tokens))
-        site = next((s for s in ev.sites if s.softmax.line == sr.line), None)
-        P = parse_sample(site.softmax, self.source) if site is not None else None
-        O = self._output(ev, sr, site)
-        printed = P.index[1] if P is not None else O[1][0] if O is not None else np.arange(0)
-        heads = printed if self.heads is None else printed[np.isin(printed, sorted(self.heads))]
+        for site in ev.sites:
+            if self.layers is None or site.layer in self.layers:
+                self._printed[(ev.index, site.softmax.line)] = self._site(site, ev.n_past or 0)
+        for node in ev.flash:
+            self._printed[(ev.index, node.line)] = self._flash(node, ev.n_past or 0)
+        if reference is not None:
+            for layer, kind in ev.layer_kinds().items():
+                if kind in ("softmax", "flash") and (self.layers is None or layer in self.layers):
+                    self._reference[(ev.index, layer)] = self._ref(reference, layer, ev.n_past or 0, ev.T or 0)
+
+    def site(self, sr: SiteReport) -> None:
+        printed = self._printed.pop((sr.evaluation, sr.line), None) or {"geometry": None}
         fig, layer_fig = figures(sr.results)
+        heads = printed.pop("all_heads", [])
         rec = {
             "e": sr.evaluation, "run": sr.run, "l": sr.layer, "n_past": sr.n_past, "T": sr.T, "n_kv": sr.n_kv,
             "H": sr.H, "H_kv": sr.H_kv, "D_h": sr.D_h, "scale": number(sr.kq_scale), "passed": sr.passed,
-            "nodes": {k: v for k, v in sr.nodes.items() if v is not None},
-            "lines": {"P": site.softmax.line if site else None, "O": site.kqv.line if site and site.kqv else None},
-            "heads": [int(h) for h in heads], "fig": fig, "lfig": layer_fig,
+            "nodes": {k: v for k, v in sr.nodes.items() if v is not None}, "facts": sr.facts,
+            "heads": [h for h in heads if self.heads is None or h in self.heads], "fig": fig, "lfig": layer_fig,
             "checks": check_rows(sr), "fails": failures(sr),
             "q": [], "s": [], "d": [], "P": None, "O": None, "rP": None, "rO": None, "rheads": [],
+            **printed, **self._reference.pop((sr.evaluation, sr.layer), {}),
         }
-        if P is not None:
-            keep = np.isin(P.index[1], heads)
-            rec.update(q=P.index[2].tolist(), s=P.index[3].tolist(), P=pack(P.values[0][keep]))
-        if O is not None:
-            values, index = O
-            keep = np.isin(index[0], heads)
-            rec.update(q=index[1].tolist(), d=index[2].tolist(), O=pack(values[keep]))
-        if reference is not None:
-            self._reference(rec, reference, sr)
+        geometry = rec.pop("geometry")
+        rec.update(mask_codes(geometry, sr, rec))
         self.sites.append(rec)
 
-    def _output(self, ev: Evaluation, sr: SiteReport, site: Site | None):
-        """The printed O as ([h, t, d] values, (heads, queries, dims)): kqv {D_h, T, H}, or FLASH_ATTN_EXT's
-        {D_h, H, T} output when flash attention replaced the three nodes."""
-        if site is not None:
-            if site.kqv is None or site.kqv.quantized:
-                return None
-            O = parse_sample(site.kqv, self.source)
-            return O.values[0], (O.index[1], O.index[2], O.index[3])
-        flash = next((n for n in ev.flash if n.line == sr.line), None)
-        if flash is None or flash.quantized or flash.cut:
-            return None
-        O = parse_sample(flash, self.source)
-        return O.values[0].transpose(1, 0, 2), (O.index[2], O.index[1], O.index[3])
+    def _keep(self, heads: np.ndarray) -> np.ndarray:
+        return np.ones(len(heads), bool) if self.heads is None else np.isin(heads, sorted(self.heads))
 
-    def _reference(self, rec: dict, reference: Any, sr: SiteReport) -> None:
-        """The reference P of every query over its visible slots (rows of n_past + t + 1 values, one after the
-        other) and O over every dim, for each head the page keeps (all H of them unless --head)."""
+    def _site(self, site: Site, n_past: int) -> dict:
+        """The printed P [h, t, slot] and O [h, t, dim] of the kept heads, and where the site's slots sit."""
+        P = parse_sample(site.softmax, self.source)
+        keep = self._keep(P.index[1])
+        out = {"all_heads": P.index[1].tolist(), "q": P.index[2].tolist(), "s": P.index[3].tolist(),
+               "P": pack(P.values[0][keep]),
+               "geometry": Geometry(n_past, site.T, site.n_kv, site.kv_cached)}
+        if site.kqv is not None and not site.kqv.quantized:
+            O = parse_sample(site.kqv, self.source)
+            out.update(d=O.index[3].tolist(), O=pack(O.values[0][self._keep(O.index[1])]))
+        return out
+
+    def _flash(self, node, n_past: int) -> dict:
+        """FLASH_ATTN_EXT prints O only, as {D_h, H, T}: kept as [h, t, dim]."""
+        out: dict = {"geometry": Geometry(n_past, node.ne[2], 0, True)}
+        if not node.quantized and not node.cut:
+            O = parse_sample(node, self.source)
+            heads = O.index[2]
+            out.update(all_heads=heads.tolist(), q=O.index[1].tolist(), d=O.index[3].tolist(),
+                       O=pack(O.values[0].transpose(1, 0, 2)[self._keep(heads)]))
+        return out
+
+    def _ref(self, reference: Any, layer: int, n_past: int, T: int) -> dict:
+        """The reference P of every query over the slots up to its own position (rows of n_past + t + 1 values, one
+        after the other) and O over every dim, for each head the page keeps (all H of them unless --head)."""
         try:
-            P = np.asarray(reference.get(sr.layer, "kq_soft_max"))  # [H, T_run, T_run]
-            O = np.asarray(reference.get(sr.layer, "kqv"))  # [H, T_run, D_h]
+            P = np.asarray(reference.get(layer, "kq_soft_max"))  # [H, T_run, T_run]
+            O = np.asarray(reference.get(layer, "kqv"))  # [H, T_run, D_h]
         except KeyError:
-            return
-        n_past, T = sr.n_past, sr.T
-        if P.ndim != 3 or P.shape[1] < n_past + T or O.shape[:2] != P.shape[:2]:
-            return
-        heads = np.arange(P.shape[0]) if self.heads is None else np.array(sorted(self.heads & set(range(len(P)))))
-        rows = [P[heads, n_past + t, : n_past + t + 1] for t in range(T)]
-        rec.update(rP=pack(np.concatenate(rows, axis=1) if rows else None), rO=pack(O[heads, n_past:n_past + T]),
-                   rheads=heads.tolist(), rD=int(O.shape[2]))
+            return {}
+        if P.ndim != 3 or P.shape[1] < n_past + T or O.shape[:2] != P.shape[:2] or not T:
+            return {}
+        heads = np.flatnonzero(self._keep(np.arange(P.shape[0])))
+        rows = np.concatenate([P[heads, n_past + t, : n_past + t + 1] for t in range(T)], axis=1)
+        return {"rP": pack(rows), "rO": pack(O[heads, n_past:n_past + T]), "rheads": heads.tolist(),
+                "rD": int(O.shape[2])}
+
+
+def mask_codes(geometry: Geometry | None, sr: SiteReport, rec: dict) -> dict:
+    """Why each slot the page draws is masked (check/mask.py's reasons under the site's facts): `mask` for the printed
+    queries × printed slots, `gaps` the visible slots each printed query has in each run of unprinted slots, and with
+    the reference `rmask` for every query × the slots 0..n_tokens − 1 and the printed ones past them. None where the
+    slots' positions are unknown (a windowed cache that reused slots)."""
+    if geometry is None or not geometry.n_kv or not geometry.positions_known:
+        return {"mask": None, "gaps": None, "rmask": None, "slot_base": 0}
+    w = sr.facts.get("window")
+    facts = SiteFacts(sr.kq_scale, causal=sr.facts.get("mask", "causal") != "non-causal",
+                      window=Window(w["n_swa"], w["kind"]) if w else None)
+    q, s = np.array(rec["q"], dtype=np.int64), np.array(rec["s"], dtype=np.int64)
+    text = lambda m: "".join(map(str, m.reason.ravel().tolist()))  # noqa: E731
+    gaps = []
+    if len(q):
+        vis = full_mask(geometry, facts, q).visible  # [t, n_kv]
+        bounds = np.concatenate([[-1], s, [geometry.n_kv]])
+        gaps = [[int(vis[:, a + 1:b].sum(axis=1)[k]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a + 1]
+                for k in range(len(q))]
+    out = {"mask": text(Mask(geometry, facts, q, s)), "gaps": gaps, "rmask": None, "slot_base": geometry.slot_base}
+    if rec.get("rP") is not None:
+        n = geometry.n_tokens
+        slots = np.union1d(np.arange(n), s[s >= n])
+        out.update(rmask=text(Mask(geometry, facts, np.arange(geometry.T), slots)), rslots=slots.tolist())
+    return out

@@ -13,7 +13,7 @@ from ..check.dumponly import DumpChecker
 from ..check.html import document, esc, lines, table, token_texts
 from ..check.page import PageData
 from ..dump.graph import Dump, read_dump
-from ..verify import merge
+from ..verify import Options, given_facts, merge
 from .model_walk import ModelWalk, model_walk_site
 from .render import _err, _fmt, mask_line, verdict
 from .walk import HeadWalk, select, span, walk_site
@@ -83,15 +83,17 @@ def head_page(dump: Dump | str | BinaryIO, layer: int, head: int, *, query: int 
     src = dump.source
     ev, site = select(dump, evaluation, layer)
     w = walk_site(src, ev, site, head, query, kq_scale)
-    only = frozenset({head})
-    reports = DumpChecker(src, kq_scale, frozenset({layer}), only).check(ev)
+    only, layers = frozenset({head}), frozenset({layer})
+    checker = DumpChecker(src, given_facts(Options(kq_scale=kq_scale)), layers, only)
+    reports = checker.check(ev) + checker.finish()[0]
     mw = reference = None
     if model is not None:
         mw, model_reports, reference = model_walk_site(src, ev, site, w, model, kq_scale, tokens)
         reports = merge(reports, model_reports)
-    collected = PageData(src, only)
+    collected = PageData(src, only, layers)
+    collected.evaluation(ev, reference)
     for sr in reports:
-        collected(ev, sr, reference)
+        collected.site(sr)
     passed = w.passed and (mw is None or mw.passed)
     body = (f'<section class="dump"><p class="verdict {"pass" if passed else "fail"}">'
             f"{esc(Text.from_markup(verdict(w)).plain)}</p>{header(w, vocab)}{scores(w, vocab)}{weighted(w)}"

@@ -84,9 +84,13 @@ def _vocab(model: str | None) -> list[str] | None:
     """The model's token texts for the page's axes (None without a model or a vocabulary)."""
     if model is None:
         return None
-    from .model.weights import vocab_of
+    from .arch.gguf_header import read_header
 
-    return vocab_of(model)
+    try:
+        tokens = read_header(model).meta.get("tokenizer.ggml.tokens")
+    except ModelError:
+        return None
+    return tokens if isinstance(tokens, list) else None
 
 
 @main.command()

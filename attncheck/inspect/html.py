@@ -9,7 +9,10 @@ from typing import BinaryIO
 import numpy as np
 from rich.text import Text
 
+from ..arch import lookup
+from ..arch.gguf_header import read_header
 from ..check.dumponly import DumpChecker
+from ..check.hypotheses import pin
 from ..check.html import document, esc, lines, table, token_texts
 from ..check.page import PageData
 from ..dump.graph import Dump, read_dump
@@ -34,6 +37,7 @@ def header(w: HeadWalk, vocab: list[str] | None) -> str:
             ("sizes", f"D_h = {w.D_h}, n_kv = {w.n_kv}"), ("kq_scale", f"{w.kq_scale:.6g} ({w.scale_origin})"),
             ("query", f"{w.query}: position {w.position}, token {_token(w, w.position, vocab) or '—'} "
                       f"({w.query_origin})")]
+    rows += [("fact used", f) for f in w.facts]
     if w.tokens is not None:
         rows.append(("tokens of the run", " ".join(_token(w, i, vocab) for i in range(len(w.tokens)))))
     return table(("", ""), rows, "facts")
@@ -78,17 +82,20 @@ def head_page(dump: Dump | str | BinaryIO, layer: int, head: int, *, query: int 
               kq_scale: float | None = None, model: str | None = None, tokens: tuple[int, ...] | None = None,
               vocab: list[str] | None = None) -> tuple[HeadWalk, ModelWalk | None, str]:
     """The walk (and the model's side of it), and the page showing both with the head's heatmaps."""
+    header_ = read_header(model) if model is not None else None
+    given = given_facts(Options(kq_scale=kq_scale), header_)
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
     src = dump.source
-    ev, site = select(dump, evaluation, layer)
-    w = walk_site(src, ev, site, head, query, kq_scale)
+    ev, site, run_views = select(dump, evaluation, layer)
+    w = walk_site(src, ev, site, head, query, run_views, given)
     only, layers = frozenset({head}), frozenset({layer})
-    checker = DumpChecker(src, given_facts(Options(kq_scale=kq_scale)), layers, only)
+    checker = DumpChecker(src, pin(run_views, given)[0].facts, layers, only)  # the facts the walk used
     reports = checker.check(ev) + checker.finish()[0]
     mw = reference = None
-    if model is not None:
-        mw, model_reports, reference = model_walk_site(src, ev, site, w, model, kq_scale, tokens)
+    entry = lookup(header_.arch) if header_ is not None else None
+    if entry is not None and entry.forward is not None:
+        mw, model_reports, reference = model_walk_site(src, ev, site, w, model, kq_scale, tokens)  # type: ignore
         reports = merge(reports, model_reports)
     collected = PageData(src, only, layers)
     collected.evaluation(ev, reference)

@@ -97,16 +97,6 @@ def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
     return bytes(part).decode() if part.dtype == np.uint8 else part.tolist()[0]
 
 
-def vocab_of(path: str | os.PathLike[str]) -> list[str] | None:
-    """The text of every token id (tokenizer.ggml.tokens) of a GGUF file of any architecture; None when it holds no
-    vocabulary or cannot be read."""
-    try:
-        tokens = _field(GGUFReader(path, "r"), "tokenizer.ggml.tokens")
-    except (OSError, ValueError):
-        return None
-    return [str(t) for t in tokens] if isinstance(tokens, list) else None
-
-
 def load_model(path: str | os.PathLike[str]) -> Model:
     """Open a GGUF file (memory-mapped) and read the hyperparameters of a model whose architecture has a reference
     forward pass in the architecture table."""

@@ -24,6 +24,7 @@ class Page(HTMLParser):
         self.scripts: list[tuple[dict, str]] = []
         self._grid: dict = {}
         self._row: dict = {}
+        self._col = 0
         self._script: dict | None = None
         self.feed(text)
         self.close()
@@ -33,10 +34,12 @@ class Page(HTMLParser):
         if tag == "table":
             self._grid = a if "grid" in (a.get("class") or "") else {}
         if tag == "tr":
-            self._row = a
+            self._row, self._col = a, 0
+        if tag in ("td", "th"):
+            self._col += 1
         if tag == "script":
             self._script = a
-        self.elements.append((tag, a, {**self._grid, **self._row}))
+        self.elements.append((tag, a, {**self._grid, **self._row, "column": self._col}))
 
     def handle_endtag(self, tag):
         if tag == "table":
@@ -50,9 +53,17 @@ class Page(HTMLParser):
             self.text.append(data)
 
     def cells(self, kind: str = "ev") -> list[tuple[dict, dict]]:
-        """Head cells of the per-evaluation grids (or the worst-over-evaluations one): (attributes, grid and row)."""
-        return [(a, g) for tag, a, g in self.elements
-                if tag == "td" and "data-h" in a and kind in (g.get("class") or "")]
+        """Head cells of the per-evaluation grids (class c; data-h their head, from the column) or of the
+        worst-over-evaluations one (data-h): (attributes, grid and row)."""
+        out = []
+        for tag, a, g in self.elements:
+            if tag != "td" or kind not in (g.get("class") or ""):
+                continue
+            if kind == "ev" and "c" in (a.get("class") or "").split():
+                out.append(({**a, "data-h": str(g["column"] - 2)}, g))
+            elif kind != "ev" and "data-h" in a:
+                out.append((a, g))
+        return out
 
     @property
     def data(self) -> dict:

@@ -162,27 +162,23 @@ def _figure(f: list) -> str:
             f"; {n} elements compared, {failed} beyond their bound")
 
 
-def head_cell(site: dict, h: int, where: str, filtered: bool) -> str:
+def head_cell(site: dict, h: int) -> str:
+    """A head's cell of an evaluation's grid: its colour and ✗; the page's script gives its counts on hover (the
+    worst-over-evaluations grid carries them in the HTML), so that a long run's grids stay small."""
     f = site["fig"].get(h)
     if f is None:
-        why = "not checked (--head)" if filtered else "not printed (llama.cpp printed heads " + \
-            ", ".join(map(str, site["heads"])) + ")"
-        if h in site.get("rheads", []):
-            why += "; the reference (--model) is drawn"
-        return f'<td class="np" data-h="{h}" title="{esc(where + ": " + why)}"></td>'
-    mark = "✗" if f[1] else ""
-    return f'<td class="{bucket(f[2], f[1])}" data-h="{h}" title="{esc(where + ": " + _figure(f))}">{mark}</td>'
+        return '<td class="c np"></td>'
+    return f'<td class="c {bucket(f[2], f[1])}">{"✗" if f[1] else ""}</td>'
 
 
-def layer_cell(site: dict, where: str) -> str:
+def layer_cell(site: dict) -> str:
     f = site["lfig"]
     if f is None:
         return '<td class="x"></td>'
-    title = f"{where}, checks of no single head (the sum line, cache views, whole-layer nodes): {_figure(f)}"
-    return f'<td class="lc {bucket(f[2], f[1])}" title="{esc(title)}">{"✗" if f[1] else ""}</td>'
+    return f'<td class="lc {bucket(f[2], f[1])}">{"✗" if f[1] else ""}</td>'
 
 
-def eval_grid(d: int, e: int, sites: dict, layers: list[int], H: int, filtered) -> str:
+def eval_grid(d: int, e: int, sites: dict, layers: list[int], H: int) -> str:
     first = next(s for (ev, _), s in sites.items() if ev == e)
     cap = f"eval {e} · run {first['run']} · positions {first['n_past']}..{first['n_past'] + first['T'] - 1}"
     rows = []
@@ -191,10 +187,8 @@ def eval_grid(d: int, e: int, sites: dict, layers: list[int], H: int, filtered) 
         if s is None:
             rows.append(f'<tr data-l="{layer}"><th>{layer}</th>' + '<td class="x"></td>' * (H + 1) + "</tr>")
             continue
-        where = f"eval {e} layer {layer}"
-        cells = "".join(head_cell(s, h, f"{where} head {h}", filtered(h)) if h < s["H"] else '<td class="x"></td>'
-                        for h in range(H))
-        rows.append(f'<tr data-l="{layer}"><th>{layer}</th>{cells}{layer_cell(s, where)}</tr>')
+        cells = "".join(head_cell(s, h) if h < s["H"] else '<td class="x"></td>' for h in range(H))
+        rows.append(f'<tr data-l="{layer}"><th>{layer}</th>{cells}{layer_cell(s)}</tr>')
     return (f'<table class="grid ev" data-d="{d}" data-e="{e}"><caption>{esc(cap)}</caption>'
             f'<thead><tr><th>layer</th>{"".join(f"<th>{h}</th>" for h in range(H))}<th>all</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>')
@@ -241,8 +235,7 @@ def grids(d: int, pd: PageData) -> str:
     evs = sorted({e for e, _ in sites})
     layers = sorted({lay for _, lay in sites})
     H = max(s["H"] for s in pd.sites)
-    filtered = (lambda h: pd.heads is not None and h not in pd.heads)
-    per_eval = "".join(eval_grid(d, e, sites, layers, H, filtered) for e in evs)
+    per_eval = "".join(eval_grid(d, e, sites, layers, H) for e in evs)
     return (f"<h3>layer × head</h3>{LEGEND}<div class=\"grids\">{worst_grid(d, sites, layers, H, len(evs))}</div>"
             f"<h3>per evaluation</h3><div class=\"grids\">{per_eval}</div>")
 
@@ -274,7 +267,7 @@ def check_page(checked: list[tuple[Report, PageData]], vocab: list[str] | None =
         doc = report.to_dict()
         body.append(f'<section class="dump" data-d="{d}"><h2>{esc(report.source)}</h2>{summary(report, doc)}'
                     f"{grids(d, pd)}</section>")
-        dumps.append({"source": report.source, "sites": pd.sites, "tokens": pd.tokens,
+        dumps.append({"source": report.source, "sites": pd.sites, "tokens": pd.tokens, "strings": pd.strings,
                       "vocab": token_texts(pd.tokens, vocab)})
     for e in errors:
         body.append(f'<section class="dump"><p class="verdict error">{esc(e)}</p></section>')

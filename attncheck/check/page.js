@@ -18,17 +18,26 @@
     return node;
   }
 
-  function f32(site, field) {
-    var key = site; var cached = arrays.get(key);
-    if (!cached) { cached = {}; arrays.set(key, cached); }
-    if (!(field in cached)) {
-      var b = site[field];
-      if (b == null) { cached[field] = null; } else {
-        var s = atob(b), u = new Uint8Array(s.length);
-        for (var i = 0; i < s.length; i++) u[i] = s.charCodeAt(i);
-        cached[field] = new Float32Array(u.buffer);
-      }
+  function decode(text) {
+    // "f:" base64 float32, or "v:" base64 varints zigzag(x·1e4) + 3 with 0, 1, 2 for nan, inf, -inf (check/page.py)
+    var s = atob(text.slice(2)), u = new Uint8Array(s.length), i;
+    for (i = 0; i < s.length; i++) u[i] = s.charCodeAt(i);
+    if (text.charAt(0) === "f") return new Float32Array(u.buffer);
+    var out = [], v = 0, mul = 1;
+    for (i = 0; i < u.length; i++) {
+      v += (u[i] & 127) * mul;
+      if (u[i] & 128) { mul *= 128; continue; }
+      if (v < 3) out.push([NaN, Infinity, -Infinity][v]);
+      else { var z = v - 3; out.push((z % 2 === 0 ? z / 2 : -(z + 1) / 2) / 1e4); }
+      v = 0; mul = 1;
     }
+    return out;
+  }
+
+  function f32(site, field) { // the decoded values of one of a site's arrays, decoded once
+    var cached = arrays.get(site);
+    if (!cached) { cached = {}; arrays.set(site, cached); }
+    if (!(field in cached)) cached[field] = site[field] == null ? null : decode(site[field]);
     return cached[field];
   }
 
@@ -140,8 +149,8 @@
 
   function markGrid() {
     document.querySelectorAll("table.grid td.sel").forEach(function (c) { c.classList.remove("sel"); });
-    var sel = 'table.grid[data-d="' + view.d + '"][data-e="' + view.e + '"] tr[data-l="' + view.l + '"] td[data-h="' + view.h + '"]';
-    var cell = document.querySelector(sel);
+    var sel = 'table.grid[data-d="' + view.d + '"][data-e="' + view.e + '"] tr[data-l="' + view.l + '"] td.c';
+    var cell = document.querySelectorAll(sel)[view.h];
     if (cell) cell.classList.add("sel");
   }
 
@@ -184,7 +193,7 @@
     body.appendChild(el("h3", {text: "O = " + (site.nodes.kqv || site.nodes.flash_attn || "output") + ": queries × dims"}));
     body.appendChild(heatO(d, site, h, hi, ri, fails));
     body.appendChild(failureTable(site, h));
-    body.appendChild(checkTable(site, h));
+    body.appendChild(checkTable(d, site, h));
   }
 
   function gapped(printed, n, lo) {
@@ -393,12 +402,13 @@
                           el("table", {cls: "list failures"}, [el("thead", {}, [head]), el("tbody", {}, body)])]);
   }
 
-  function checkTable(site, h) {
+  function checkTable(d, site, h) {
     var head = el("tr", {}, ["check", "node", "line", "this head: compared", "failed", "worst ratio", "whole node: compared", "not compared", "why"].map(function (c) { return el("th", {text: c}); }));
+    var str = function (i) { return (d.strings || [])[i] || ""; }, hi = site.heads.indexOf(h);
     var body = site.checks.map(function (c) {
-      var mine = c[9] ? c[9][h] : null;
-      return el("tr", {}, [c[0], c[1], String(c[2]), mine ? String(mine[0]) : "—", mine ? String(mine[1]) : "—",
-        mine ? fmt(mine[2], 2) : "—", String(c[3]), String(c[4]), c[5] || ""].map(function (x, i) {
+      var mine = c[9] && hi >= 0 ? c[9][hi] : null;
+      return el("tr", {}, [str(c[0]), str(c[1]), String(c[2]), mine ? String(mine[0]) : "—", mine ? String(mine[1]) : "—",
+        mine ? fmt(mine[2], 2) : "—", String(c[3]), String(c[4]), str(c[5])].map(function (x, i) {
         return el("td", {text: x, cls: i >= 2 && i <= 7 ? "n" : ""});
       }));
     });
@@ -406,15 +416,39 @@
                                el("table", {cls: "list checks"}, [el("thead", {}, [head]), el("tbody", {}, body)])]);
   }
 
-  // ---- the grid opens heads ---------------------------------------------------------------------------
-  document.addEventListener("click", function (ev) {
-    var cell = ev.target.closest && ev.target.closest("table.grid td[data-h]");
-    if (!cell) return;
+  // ---- the grid opens heads, and tells a cell's counts on hover ------------------------------------------
+  function cellAt(target) {
+    // {d, e, l, h} of a grid cell (h null for a layer's whole-layer cell), or null
+    var cell = target.closest && target.closest("table.grid td.c, table.grid td[data-h], table.grid td.lc");
+    if (!cell) return null;
     var table = cell.closest("table.grid"), row = cell.closest("tr");
     var e = cell.hasAttribute("data-e") ? cell.getAttribute("data-e") : table.getAttribute("data-e");
-    show({d: Number(table.getAttribute("data-d")), e: Number(e), l: Number(row.getAttribute("data-l")),
-          h: Number(cell.getAttribute("data-h"))});
+    var h = cell.hasAttribute("data-h") ? Number(cell.getAttribute("data-h")) :
+      cell.classList.contains("c") ? Array.prototype.indexOf.call(row.querySelectorAll("td.c"), cell) : null;
+    return {cell: cell, d: Number(table.getAttribute("data-d")), e: Number(e), l: Number(row.getAttribute("data-l")), h: h};
+  }
+
+  document.addEventListener("click", function (ev) {
+    var at = cellAt(ev.target);
+    if (!at || at.h === null) return;
+    show({d: at.d, e: at.e, l: at.l, h: at.h});
     panel.scrollIntoView({block: "start"});
+  });
+
+  document.addEventListener("mouseover", function (ev) {
+    var at = cellAt(ev.target);
+    if (!at || at.cell.hasAttribute("title")) return;
+    var site = dumps[at.d].byKey.get(at.e + ":" + at.l);
+    if (!site) return;
+    var where = "eval " + at.e + " layer " + at.l;
+    if (at.h === null) {
+      var f = site.lfig;
+      at.cell.title = where + ", checks of no single head (the sum line, cache views, whole-layer nodes): " +
+        (f ? "worst |err|/bound " + fmt(f[2], 2) + " (" + f[3] + "); " + f[0] + " elements compared, " + f[1] + " beyond their bound" : "none");
+      return;
+    }
+    at.cell.title = where + " head " + at.h + ": " + (site.fig[at.h] ? headFigure(site, at.h) :
+      "not printed (llama.cpp printed heads " + span(site.heads) + ")" + ((site.rheads || []).indexOf(at.h) >= 0 ? "; the reference (--model) is drawn" : ""));
   });
 
   if (DATA.open) show(DATA.open);

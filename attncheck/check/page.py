@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -28,16 +28,53 @@ P_CHECKS = {"masked", "softmax", "softmax_ratio", "model_softmax"}  # checks who
 O_CHECKS = {"pv", "model_kqv", "model_flash_attn"}  # checks whose elements are outputs O[h, t, dim]
 
 
+VARINT_LIMIT = 1e14  # |x|·1e4 below 2^63 and exact in a JavaScript number: larger printed values go as float32
+
+
 def pack(a: np.ndarray | None) -> str | None:
-    """An array as base64 of little-endian float32, C order (the page decodes it into a Float32Array)."""
+    """An array as "f:" + base64 of little-endian float32, C order (the page decodes it into a Float32Array)."""
     if a is None:
         return None
-    return base64.b64encode(np.ascontiguousarray(a, dtype="<f4").tobytes()).decode("ascii")
+    return "f:" + base64.b64encode(np.ascontiguousarray(a, dtype="<f4").tobytes()).decode("ascii")
+
+
+def pack_printed(a: np.ndarray) -> str:
+    """Printed values (`%12.4f`: whole multiples of 1e-4) exactly and compactly: "v:" + base64 of one varint per
+    value, zigzag(x·1e4) + 3, with 0, 1, 2 for nan, inf, -inf (a masked weight, 0, takes one byte). Values beyond
+    VARINT_LIMIT go as float32 (pack)."""
+    x = np.asarray(a, dtype=np.float64).ravel()
+    finite = np.isfinite(x)
+    if np.any(np.abs(x[finite]) >= VARINT_LIMIT):
+        return pack(a)  # type: ignore[return-value]
+    n = np.rint(np.where(finite, x, 0.0) * 1e4).astype(np.int64)
+    code = ((n << 1) ^ (n >> 63)).astype(np.uint64) + np.uint64(3)
+    code = np.where(np.isnan(x), 0, np.where(x == np.inf, 1, np.where(x == -np.inf, 2, code))).astype(np.uint64)
+    size = np.ones(len(code), np.int64)
+    for k in range(1, 10):
+        size += code >= np.uint64(1 << (7 * k))
+    start = np.concatenate([[0], np.cumsum(size)[:-1]])
+    out = np.zeros(int(size.sum()), np.uint8)
+    for k in range(int(size.max(initial=0))):
+        sel = size > k
+        byte = (code[sel] >> np.uint64(7 * k)) & np.uint64(0x7F)
+        out[start[sel] + k] = (byte | np.where(size[sel] > k + 1, 0x80, 0).astype(np.uint64)).astype(np.uint8)
+    return "v:" + base64.b64encode(out.tobytes()).decode("ascii")
 
 
 def unpack(text: str, shape: tuple[int, ...]) -> np.ndarray:
-    """pack() read back (the tests read the page's data with it)."""
-    return np.frombuffer(base64.b64decode(text), dtype="<f4").reshape(shape)
+    """pack() or pack_printed() read back (the tests read the page's data with it)."""
+    kind, data = text.split(":", 1)
+    raw = base64.b64decode(data)
+    if kind == "f":
+        return np.frombuffer(raw, dtype="<f4").reshape(shape)
+    values, v, shift = [], 0, 0
+    for b in raw:
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            values.append([np.nan, np.inf, -np.inf][v] if v < 3 else ((v - 3) >> 1 ^ -((v - 3) & 1)) / 1e4)
+            v, shift = 0, 0
+    return np.array(values).reshape(shape)
 
 
 def number(x: float) -> float | str:
@@ -89,11 +126,16 @@ def failures(sr: SiteReport) -> list[list]:
     return out
 
 
-def check_rows(sr: SiteReport) -> list[list]:
-    """[check, node, line, compared, not compared, why, failed, worst ratio, note, {head: [n, failed, ratio]}]."""
-    return [[r.check, r.node, r.line, r.checked, r.unchecked, r.why_unchecked, r.failed, number(r.ratio), r.note,
-             None if r.by_head is None else {h: [f.checked, f.failed, number(f.ratio)] for h, f in r.by_head.items()}]
-            for r in sr.results]
+def check_rows(sr: SiteReport, heads: list[int], text: Callable[[str], int]) -> list[list]:
+    """[check, node, line, compared, not compared, why, failed, worst ratio, note, per head] per check; strings as
+    their index in the dump's string table (text), per head [n, failed, ratio] for each kept head (0: none)."""
+    rows = []
+    for r in sr.results:
+        per_head = 0 if r.by_head is None else [
+            [f.checked, f.failed, number(f.ratio)] if (f := r.by_head.get(h)) else 0 for h in heads]
+        rows.append([text(r.check), text(r.node), r.line, r.checked, r.unchecked, text(r.why_unchecked), r.failed,
+                     number(r.ratio), text(r.note), per_head])
+    return rows
 
 
 class PageData:
@@ -109,6 +151,16 @@ class PageData:
         self.tokens: dict[int, list[int]] = {}  # run → its token ids, when the log printed them
         self._printed: dict[tuple[int, int], dict] = {}  # (evaluation, line of P or flash) → printed values
         self._reference: dict[tuple[int, int], dict] = {}  # (evaluation, layer) → the reference's
+        self.strings: list[str] = []  # what the checks' rows say, each once (node names, why not compared, notes)
+        self._string: dict[str, int] = {}
+
+    def text(self, s: str | None) -> int:
+        """The index of a string in the string table (added on first use)."""
+        s = s or ""
+        if s not in self._string:
+            self._string[s] = len(self.strings)
+            self.strings.append(s)
+        return self._string[s]
 
     def evaluation(self, ev: Evaluation, reference: Any = None) -> None:
         if ev.tokens:
@@ -126,13 +178,13 @@ class PageData:
     def site(self, sr: SiteReport) -> None:
         printed = self._printed.pop((sr.evaluation, sr.line), None) or {"geometry": None}
         fig, layer_fig = figures(sr.results)
-        heads = printed.pop("all_heads", [])
+        heads = [h for h in printed.pop("all_heads", []) if self.heads is None or h in self.heads]
         rec = {
             "e": sr.evaluation, "run": sr.run, "l": sr.layer, "n_past": sr.n_past, "T": sr.T, "n_kv": sr.n_kv,
             "H": sr.H, "H_kv": sr.H_kv, "D_h": sr.D_h, "scale": number(sr.kq_scale), "passed": sr.passed,
             "nodes": {k: v for k, v in sr.nodes.items() if v is not None}, "facts": sr.facts,
-            "heads": [h for h in heads if self.heads is None or h in self.heads], "fig": fig, "lfig": layer_fig,
-            "checks": check_rows(sr), "fails": failures(sr),
+            "heads": heads, "fig": fig, "lfig": layer_fig, "checks": check_rows(sr, heads, self.text),
+            "fails": failures(sr),
             "q": [], "s": [], "d": [], "P": None, "O": None, "rP": None, "rO": None, "rheads": [],
             **printed, **self._reference.pop((sr.evaluation, sr.layer), {}),
         }
@@ -148,11 +200,11 @@ class PageData:
         P = parse_sample(site.softmax, self.source)
         keep = self._keep(P.index[1])
         out = {"all_heads": P.index[1].tolist(), "q": P.index[2].tolist(), "s": P.index[3].tolist(),
-               "P": pack(P.values[0][keep]),
+               "P": pack_printed(P.values[0][keep]),
                "geometry": Geometry(n_past, site.T, site.n_kv, site.kv_cached)}
         if site.kqv is not None and not site.kqv.quantized:
             O = parse_sample(site.kqv, self.source)
-            out.update(d=O.index[3].tolist(), O=pack(O.values[0][self._keep(O.index[1])]))
+            out.update(d=O.index[3].tolist(), O=pack_printed(O.values[0][self._keep(O.index[1])]))
         return out
 
     def _flash(self, node, n_past: int) -> dict:
@@ -162,7 +214,7 @@ class PageData:
             O = parse_sample(node, self.source)
             heads = O.index[2]
             out.update(all_heads=heads.tolist(), q=O.index[1].tolist(), d=O.index[3].tolist(),
-                       O=pack(O.values[0].transpose(1, 0, 2)[self._keep(heads)]))
+                       O=pack_printed(O.values[0].transpose(1, 0, 2)[self._keep(heads)]))
         return out
 
     def _ref(self, reference: Any, layer: int, n_past: int, T: int) -> dict:

@@ -107,6 +107,6 @@ def head_page(dump: Dump | str | BinaryIO, layer: int, head: int, *, query: int 
             f"{model_rows(mw) if mw is not None else ''}{lines(list(w.notes), 'warnings')}</section>"
             '<section id="head-view" hidden></section>')
     data = {"kind": "inspect", "open": {"d": 0, "e": ev.index, "l": layer, "h": head},
-            "dumps": [{"source": src, "sites": collected.sites, "tokens": collected.tokens,
+            "dumps": [{"source": src, "sites": collected.sites, "tokens": collected.tokens, "strings": collected.strings,
                        "vocab": token_texts(collected.tokens, vocab)}]}
     return w, mw, document(f"attncheck inspect: {src} layer {layer} head {head}", body, data, "inspect")

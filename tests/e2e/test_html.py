@@ -113,9 +113,14 @@ def test_a_failing_dump_in_the_browser(browser, tmp_path, with_model):
     model = ("--model", GPT2) if with_model else ()
     page("check", failing_copy(tmp_path / "bad.txt"), "--html", out, "-q", *model, code=1)
     open_page(browser, out)
-    assert len(css(browser, "table.grid.ev td[data-h]")) == 1 * 2 * 12  # evaluations × layers × heads
-    failing = css(browser, "table.grid.ev td.r5[data-h]")
+    assert len(css(browser, "table.grid.ev td.c")) == 1 * 2 * 12  # evaluations × layers × heads
+    failing = css(browser, "table.grid.ev td.c.r5")
     assert len(failing) == 1 and failing[0].text == "✗"
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(browser).move_to_element(failing[0]).perform()  # hover: the cell's counts
+    assert "eval 0 layer 0 head 0: worst |err|/bound" in failing[0].get_attribute("title")
+    assert "beyond their bound" in failing[0].get_attribute("title")
     bad = click_and_wait(browser, failing[0], "#head-view table.heat.p td.bad")
     head, query, slot = FAILING
     assert len(bad) == 1
@@ -145,11 +150,11 @@ def test_untrusted_text_shows_as_text_and_runs_nothing(browser, tmp_path):
          "--html", out, "-q", code=1)
     open_page(browser, out)
     assert NASTY_NODE in browser.find_element("css selector", "ul.failures").text
-    click_and_wait(browser, css(browser, "table.grid.ev td.r5[data-h]")[0], "#head-view table.heat.p td.bad")
+    click_and_wait(browser, css(browser, "table.grid.ev td.c.r5")[0], "#head-view table.heat.p td.bad")
     assert NASTY_NODE in browser.find_element("css selector", "#head-view h3").text
     slot0 = css(browser, "#head-view table.heat.p thead th")[1]
     assert json.dumps(NASTY) in slot0.text  # token 257's text on the slot axis, quoted as the page quotes tokens
-    for cell in css(browser, "table.grid.ev td.r5[data-h]"):
+    for cell in css(browser, "table.grid.ev td.c.r5"):
         cell.click()
     assert_clean(browser)
     shot(browser, "untrusted-text.png")
@@ -171,8 +176,8 @@ def test_the_benchmark_dump_page_is_small_and_opens(browser, tmp_path):
     size = out.stat().st_size
     assert size < 5_000_000
     seconds = open_page(browser, out)
-    assert len(css(browser, "table.grid.ev td[data-h]")) == 13 * 48 * 6
-    click_and_wait(browser, css(browser, "table.grid.ev td[data-h]")[-1], "#head-view table.heat.p")
+    assert len(css(browser, "table.grid.ev td.c")) == 13 * 48 * 6
+    click_and_wait(browser, css(browser, "table.grid.ev td.c")[-1], "#head-view table.heat.p")
     assert "layer 47" in browser.find_element("css selector", "#head-view h2").text
     assert_clean(browser)
     shot(browser, "bench.png")
@@ -192,8 +197,8 @@ def test_run_writes_the_page_of_what_it_checked(browser, tmp_path):
     assert r.returncode == 0, r.stderr
     open_page(browser, out)
     sites = json.loads(doc.read_text())["sites"]
-    assert len(css(browser, "table.grid.ev td[data-h]")) == sum(s["H"] for s in sites)
-    click_and_wait(browser, css(browser, "table.grid.ev td[data-h]")[0], "#head-view table.heat.p")
+    assert len(css(browser, "table.grid.ev td.c")) == sum(s["H"] for s in sites)
+    click_and_wait(browser, css(browser, "table.grid.ev td.c")[0], "#head-view table.heat.p")
     assert "reference P (--model)" in browser.find_element("id", "head-view").text  # run checks against -m
     assert_clean(browser)
 

@@ -4,7 +4,8 @@ script draws when a grid cell is clicked.
 
 The page is one file: CSS and script inline (page.css, page.js, page.html beside this module), no network (its
 Content-Security-Policy allows nothing else), opens from disk. The summary and the grid are plain HTML, so they
-read without JavaScript (a cell's title gives its counts); the head view needs it.
+read without JavaScript (the worst-over-evaluations grid's cells carry their counts in a title; an
+evaluation's cells get theirs from the script on hover); the head view needs it.
 
 Untrusted text: node names, log lines and token text come from files nobody here wrote. Every such string is
 escaped where it lands: html.escape for element text and attribute values, and the data the script reads is JSON

@@ -51,7 +51,6 @@ if os.path.isdir(_GGUF_PY):
 
 import numpy as np  # noqa: E402
 import gguf  # noqa: E402
-from gguf import GGMLQuantizationType as Q  # noqa: E402
 
 SCORE_STD = 3.0      # target std of the scaled attention scores
 N_SWA = 4            # sliding window of every windowed model

@@ -17,7 +17,6 @@ import json
 import stat
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import attncheck

@@ -17,7 +17,6 @@ import re
 import numpy as np
 import pytest
 
-from attncheck import precision
 from attncheck.check import bounds
 from conftest import FIXTURES, attncheck as run
 from dumpedit import DumpEdit, printed

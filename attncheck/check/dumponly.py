@@ -18,7 +18,9 @@ from ..errors import DumpError
 from ..results import CheckResult, FixedTolerance, SiteReport
 from . import checks, steps
 from .heads import SiteView, Under, select_heads, site_view
-from .hypotheses import FIXED, MIN_FIT_SHARE, Scored, describe, inferred_scale, pin, site_facts
+from .fits import inferred_scale
+from .hypotheses import describe, pin
+from .scoring import FIXED, MIN_FIT_SHARE, Scored, site_facts
 
 MAX_BUFFERED = 20000  # sites of one run kept to pin its facts; past that, the rest of the run is checked as it comes
 

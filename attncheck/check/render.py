@@ -5,7 +5,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..results import SiteReport, describe
+from ..results import describe
 from .report import EXIT_FAIL, EXIT_PASS, Report
 
 CHECK_TITLES = {

@@ -16,7 +16,7 @@ from .. import precision
 from ..dump.records import Node
 from ..dump.sample import Sample
 from ..results import CheckResult, Location, compare
-from .hypotheses import _consensus
+from .fits import consensus
 
 PRINT, F32 = precision.PRINT, precision.F32
 MIN_INPUT = 0.01  # elements of smaller input tell little about a factor
@@ -57,7 +57,7 @@ def pin_factor(steps: list[Step]) -> tuple[float, float, int] | None:
     if len(lo) > 4096:  # the consensus of a large run: its intervals all overlap where they agree
         pick = np.linspace(0, len(lo) - 1, 4096).astype(int)
         lo, hi = lo[pick], hi[pick]
-    a, b, n = _consensus(list(zip(lo.tolist(), hi.tolist())))
+    a, b, n = consensus(list(zip(lo.tolist(), hi.tolist())))
     if not (math.isfinite(a) and math.isfinite(b)):
         return None
     return (a + b) / 2, (b - a) / 2, n

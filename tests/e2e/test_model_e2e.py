@@ -6,10 +6,7 @@ of attncheck/model_checks.py, and a wrong model must not.
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -1,0 +1,90 @@
+"""A hypothesis (a set of attention facts) scored on a run's printed rows: which rows it leaves failing or not
+checkable. hypotheses.py pins the best; fits.py fits the parameters some hypotheses need."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..arch.facts import AttentionFacts, alibi_slopes
+from . import checks
+from .heads import SiteView, Under
+from .mask import SiteFacts
+
+MIN_FIT_SHARE = 0.5  # a hypothesis fitting fewer of the informative rows explains nothing: they are not checkable
+FIXED = ("option", "model", "log")
+
+
+def default_scale(D_h: int | None) -> float:
+    """llama.cpp's kq_scale for most architectures: 1/sqrt(D_h), D_h = ne0 of q."""
+    return 1.0 / math.sqrt(D_h) if D_h else 1.0
+
+
+def site_facts(facts: AttentionFacts, view: SiteView, extra: "Extra | None" = None) -> SiteFacts:
+    """The run's facts resolved for one site (its layer, D_h, H)."""
+    site = view.site
+    s = facts.kq_scale.value
+    scale = default_scale(site.D_h) if s is None else s
+    mb = facts.alibi_max_bias.value
+    sinks = facts.sinks_for(site.layer)
+    err = None if extra is None else extra.sink_err.get(site.layer)
+    return SiteFacts(kq_scale=scale, causal=facts.causal.value, window=facts.window_for(site.layer),
+                     slopes=alibi_slopes(mb, site.H) if mb else None, sinks=sinks,
+                     scale_err=0.0 if extra is None else extra.scale_err, sink_err=err)
+
+
+@dataclass
+class Extra:
+    """What a fitted hypothesis knows beyond AttentionFacts: uncertainties that widen the bounds."""
+
+    scale_err: float = 0.0
+    sink_err: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class Scored:
+    """A hypothesis, the rows it leaves failing (or unchecked), and per view the rows that fail."""
+
+    facts: AttentionFacts
+    extra: Extra
+    failing: int
+    rows: int
+    per_view: list[np.ndarray]  # [h, t] failing rows of each view
+    informative: int = 0  # rows some hypothesis tried fails: the rows that tell hypotheses apart
+    informative_failing: int = 0  # of those, the rows this one fails
+
+    @property
+    def passing(self) -> int:
+        return self.rows - self.failing
+
+
+def row_failures(u: Under) -> np.ndarray:
+    """[h, t] printed rows that some element of the masked, softmax or ratio check fails, or that a fitted sink
+    leaves not checkable."""
+    shape = u.view.P.shape[:2]
+    bad = np.zeros(shape, bool)
+    for el in (checks.masked(u), checks.softmax_rows(u), checks.softmax_ratio(u)):
+        bad |= checks.failing_rows(el, shape)
+    if u.sinks is not None and np.isnan(u.sinks).any():  # weights of such heads cannot be checked
+        bad[np.isnan(u.sinks)[:, None] & u.rows_whole[None, :]] = True
+    if not u.view.geometry.positions_known:
+        bad[:] = True
+    return bad
+
+
+def score(views: list[SiteView], facts: AttentionFacts, extra: Extra | None = None,
+          only: list[int] | None = None) -> Scored:
+    """Rows failing under a hypothesis, over all views or only some (to try it on the failures first)."""
+    extra = extra or Extra()
+    per_view = []
+    failing = rows = 0
+    for i, v in enumerate(views):
+        if only is not None and i not in only:
+            per_view.append(np.zeros(v.P.shape[:2], bool))
+            continue
+        bad = row_failures(v.under(site_facts(facts, v, extra)))
+        per_view.append(bad)
+        failing += int(bad.sum())
+        rows += bad.size
+    return Scored(facts, extra, failing, rows, per_view)

@@ -196,27 +196,24 @@ def list_(dump):
     from rich.table import Table
 
     from .dump.graph import read_dump
+    from .dump.listing import listing
 
     console = _console()
     try:
         d = read_dump(dump)
         table = Table(title=f"{d.source}", title_justify="left", header_style="bold")
-        for col in ("eval", "run", "n_past", "T", "nodes", "layer", "kq", "kq_soft_max", "kqv", "H", "H_kv", "D_h", "n_kv"):
+        for col in ("eval", "run", "n_past", "T", "nodes", "layer", "attention", "nodes (line)", "H", "H_kv", "D_h",
+                    "n_kv"):
             table.add_column(col)
-        n_ev = 0
-        for ev in d.evaluations():
-            n_ev += 1
-            first = True
-            for s in ev.sites or [None]:
-                head = [str(ev.index), str(ev.run), str(ev.n_past), str(ev.T), str(len(ev.nodes))] if first else [""] * 5
-                first = False
-                if s is None:
-                    what = f"{len(ev.flash)} FLASH_ATTN_EXT" if ev.flash else "no attention"
-                    table.add_row(*head, "", what, *[""] * 7)
-                    continue
-                named = [escape(printable(f"{n.name} (line {n.line})")) if n else "-" for n in (s.kq, s.softmax, s.kqv)]
-                table.add_row(*head, str(s.layer), *named, str(s.H), str(s.H_kv), str(s.D_h), str(s.n_kv))
-            ev.nodes.clear()
+        n_ev, last = 0, None
+        for row in listing(d):
+            first = row.evaluation != last
+            n_ev, last = n_ev + first, row.evaluation
+            head = ([str(row.evaluation), str(row.run), str(row.n_past), str(row.T), str(row.nodes)] if first
+                    else [""] * 5)
+            named = ", ".join(escape(printable(f"{n} ({line})")) for n, line in zip(row.names, row.lines))
+            table.add_row(*head, "" if row.layer is None else str(row.layer), row.kind, named,
+                          *("" if x is None else str(x) for x in (row.H, row.H_kv, row.D_h, row.n_kv)))
     except DumpError as e:
         _fail(str(e))
         sys.exit(EXIT_INPUT)

@@ -234,3 +234,17 @@ def test_inspect_shows_alibis_bias():
     r = run("inspect", ARCH / "bloom-long.txt", "--layer", "0", "--head", "4", "--query", "2", "--json", "-")
     mask = r.json()["scores"]["mask"]
     assert mask[:3] == pytest.approx([-1.0, -0.5, 0.0]) and math.isinf(float(mask[3]))
+
+
+def test_list_names_every_layer_and_the_softmaxes_that_are_not_attention():
+    from attncheck.dump.graph import read_dump
+    from attncheck.dump.listing import listing
+
+    rows = list(listing(read_dump(ARCH / "gpt-oss-long.txt")))
+    assert [(r.layer, r.kind) for r in rows if r.layer is not None] == [(L, "softmax") for L in range(4)]
+    others = [r for r in rows if r.kind == "not attention"]
+    assert [r.names[0] for r in others] == ["node_43", "node_100", "node_157", "node_214"]
+    rows = list(listing(read_dump(ARCH / "qwen35-long.txt")))
+    assert [r.kind for r in rows] == ["recurrent (GATED_DELTA_NET)", "softmax"] * 2
+    rows = list(listing(read_dump(FIXTURES / "gpt2-flash-attn.txt")))
+    assert [(r.layer, r.kind, r.names) for r in rows] == [(0, "flash", ("node_21",)), (1, "flash", ("node_53",))]

@@ -124,11 +124,10 @@ class Evaluation:
         """What attention each numbered layer has: softmax, flash, recurrent (the op), or none; layers are read from
         the `-L` suffix of node names, the way llama.cpp names every node of layer L."""
         ops: dict[int, set[str]] = {}
-        for n in self.nodes:  # an unnamed node (node_46) belongs to the layer of what it reads
-            names = (n.name, *(s.name for s in n.srcs if s is not None))
-            m = next((m for m in map(_LAYER.search, names) if m), None)
-            if m:
-                ops.setdefault(int(m.group(1)), set()).add(n.op)
+        for n in self.nodes:
+            layer = _layer_of(n, -1)
+            if layer >= 0:
+                ops.setdefault(layer, set()).add(n.op)
         kinds = {L: next((f"recurrent ({op})" for op in RECURRENT_OPS if op in o), "none") for L, o in ops.items()}
         for s in self.sites:
             kinds[s.layer] = "softmax"
@@ -139,8 +138,12 @@ class Evaluation:
 
 
 def _layer_of(node: Node, fallback: int) -> int:
-    m = _LAYER.search(node.name)
-    return int(m.group(1)) if m else fallback
+    """The layer a node's name says (`-L`); an unnamed node (node_21) belongs to the layer of what it reads."""
+    for name in (node.name, *(s.name for s in node.srcs if s is not None)):
+        m = _LAYER.search(name)
+        if m:
+            return int(m.group(1))
+    return fallback
 
 
 def _scores_matmul(softmax: Node) -> Node | None:

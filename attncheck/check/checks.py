@@ -1,9 +1,10 @@
 """Per-head views → checks: recompute what llama.cpp printed from other printed numbers, element by element.
 
-Each check first computes its Elements (dumped and recomputed values, the bound of each, and where each sits), then
-either a CheckResult (results.py: how many compared, how many printed elements could not be and why, the worst
-error, the bound there, the factor the bound would have needed) or, for pinning facts (hypotheses.py), which
-printed rows (head × query) pass.
+Each check runs on a Stack (heads.py: the sites of one printed shape, stacked) as one numpy expression, and gives its
+Elements: dumped and recomputed values, the bound of each, and where each sits (site, head, query, slot or dim).
+`results` turns them into one CheckResult per site (results.py: how many compared, how many printed elements could
+not be and why, the worst error, the bound there, the factor the bound would have needed, per-head figures);
+`failing_rows` into the printed rows that fail, for pinning facts (hypotheses.py).
 """
 from __future__ import annotations
 
@@ -12,21 +13,23 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import precision
-from ..results import CheckResult, FixedTolerance, Location, compare, located
+from ..results import MAX_FAILURES, CheckResult, Failure, FixedTolerance, HeadFigures, Location, compare
 from . import bounds
-from .heads import SiteView, Under
+from .heads import SiteView, Stack
 
 
 class Elements(NamedTuple):
-    """Compared elements of one check: got, want, bound [n]; h, t, x [n] printed positions (x: slot or dim)."""
+    """Compared elements of one check over a stack: got, want, bound [n]; s, h, t, x [n] the site and printed
+    positions (x: slot or dim), sorted by site; unchecked [sites] printed elements each site could not compare."""
 
     got: np.ndarray
     want: np.ndarray
     bound: np.ndarray
+    s: np.ndarray
     h: np.ndarray
     t: np.ndarray
     x: np.ndarray
-    unchecked: int = 0
+    unchecked: np.ndarray
     why: str = ""
 
     def ok(self, tol: FixedTolerance | None = None) -> np.ndarray:
@@ -36,31 +39,75 @@ class Elements(NamedTuple):
             return np.abs(self.got - self.want) <= bound
 
 
-def _empty(why: str = "", unchecked: int = 0) -> Elements:
+def _empty(n_sites: int, why: str = "", unchecked: np.ndarray | None = None) -> Elements:
     z = np.zeros(0)
     i = np.zeros(0, np.int64)
-    return Elements(z, z, z, i, i, i, unchecked, why)
+    return Elements(z, z, z, i, i, i, i, np.zeros(n_sites, np.int64) if unchecked is None else unchecked, why)
 
 
-def failing_rows(el: Elements, shape: tuple[int, int], tol: FixedTolerance | None = None) -> np.ndarray:
-    """[h, t] printed rows with an element beyond its bound."""
+def _per_site(mask: np.ndarray) -> np.ndarray:
+    """[s] how many elements of a [s, ...] mask are set in each site."""
+    return mask.reshape(len(mask), -1).sum(axis=1)
+
+
+def failing_rows(el: Elements, shape: tuple[int, int, int], tol: FixedTolerance | None = None) -> np.ndarray:
+    """[s, h, t] printed rows with an element beyond its bound."""
     out = np.zeros(shape, bool)
     bad = ~el.ok(tol)
-    out[el.h[bad], el.t[bad]] = True
+    out[el.s[bad], el.h[bad], el.t[bad]] = True
     return out
 
 
-def result(check: str, node, view: SiteView, el: Elements, last: str, tol: FixedTolerance | None = None,
-           note: str = "") -> CheckResult:
-    """The CheckResult of some Elements; `last` names the x axis (slot or dim)."""
-    axis = view.slots if last == "slot" else view.dims
+def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: FixedTolerance | None = None,
+            note: str = "") -> list[CheckResult]:
+    """One CheckResult per site of the stack: what compare() gives for each site's elements, computed for all sites
+    at once. `nodes[i]` is the node site i's check names; `last` names the x axis (slot or dim)."""
+    n_sites = len(st.views)
+    bound = el.bound if tol is None else tol.bound(el.want)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        err = np.abs(el.got - el.want)
+        err = np.where(np.isfinite(el.got) & np.isfinite(el.want) & ~np.isnan(err), err, np.inf)
+        ratio = np.where(err == 0, 0.0, err / bound)
+    bad = ~(err <= bound)
+    checked = np.bincount(el.s, minlength=n_sites)
+    failed = np.bincount(el.s[bad], minlength=n_sites)
+    worst = np.full(n_sites, -1)
+    if len(ratio):
+        key = np.where(np.isnan(ratio), np.inf, ratio)
+        order = np.lexsort((np.arange(len(key)), -key, el.s))  # per site: the largest ratio, the first on ties
+        firsts = order[np.searchsorted(el.s[order], np.arange(n_sites))[checked > 0]]
+        worst[checked > 0] = firsts
+    n_h = len(st.heads)
+    hk = el.s * n_h + el.h
+    h_n = np.bincount(hk, minlength=n_sites * n_h).reshape(n_sites, n_h)
+    h_bad = np.bincount(hk[bad], minlength=n_sites * n_h).reshape(n_sites, n_h)
+    h_worst = np.zeros(n_sites * n_h)
+    np.maximum.at(h_worst, hk, np.where(np.isnan(ratio), np.inf, ratio))
+    h_worst = h_worst.reshape(n_sites, n_h)
+    axis = st.slots if last == "slot" else st.dims
 
     def where(i: int) -> Location:
-        loc = Location(int(view.heads[el.h[i]]), int(view.queries[el.t[i]]))
+        loc = Location(int(st.heads[el.h[i]]), int(st.queries[el.t[i]]))
         return loc._replace(**{last: int(axis[el.x[i]])})
 
-    return compare(check, node, el.got, el.want, el.bound, located(where, view.heads[el.h]), unchecked=el.unchecked,
-                   why=el.why, note=note, tol=tol)
+    out = []
+    bad_idx = np.flatnonzero(bad)
+    for i in range(n_sites):
+        node = nodes[i]
+        res = CheckResult(check, node.name, node.line, checked=int(checked[i]), unchecked=int(el.unchecked[i]),
+                          why_unchecked=el.why if el.unchecked[i] else "", note=note)
+        if checked[i]:
+            w = worst[i]
+            res.max_error, res.bound, res.ratio = float(err[w]), float(bound[w]), float(ratio[w])
+            res.worst, res.failed = where(w), int(failed[i])
+            if failed[i]:
+                mine = bad_idx[el.s[bad_idx] == i][:MAX_FAILURES]
+                res.failures = [Failure(where(int(k)), float(el.got[k]), float(el.want[k]), float(bound[k]))
+                                for k in mine]
+            res.by_head = {int(st.heads[k]): HeadFigures(int(h_n[i, k]), int(h_bad[i, k]), float(h_worst[i, k]))
+                           for k in range(n_h) if h_n[i, k]}
+        out.append(res)
+    return out
 
 
 def finite(view: SiteView) -> list[CheckResult]:
@@ -81,140 +128,137 @@ def finite(view: SiteView) -> list[CheckResult]:
             h, d, j = idx
             where = lambda i, h=h, d=d, j=j: Location(int(v_heads[h[i]]), None, slot=int(view.slots[j[i]]),  # noqa
                                                       dim=int(view.dims[d[i]]))
-            res = compare("finite", node, vals, np.zeros_like(vals), np.zeros_like(vals), located(where, v_heads[h]))
         else:
-            el = Elements(vals, np.zeros_like(vals), np.zeros_like(vals), *idx)
-            res = result("finite", node, view, el, last)
+            h, t, x = idx
+            axis = view.slots if last == "slot" else view.dims
+            where = lambda i, h=h, t=t, x=x, axis=axis, last=last: Location(  # noqa: E731
+                int(view.heads[h[i]]), int(view.queries[t[i]]))._replace(**{last: int(axis[x[i]])})
+        res = compare("finite", node, vals, np.zeros_like(vals), np.zeros_like(vals), where)
         res.checked = arr.size
         out.append(res)
     return out
 
 
-def masked(u: Under) -> Elements:
+def masked(st: Stack) -> Elements:
     """Weights of masked slots (later tokens, empty cache slots, outside the window) are exactly 0: softmax of −inf."""
-    P = u.view.P
-    h, t, j = np.nonzero(np.broadcast_to(~u.visible, P.shape))
-    got = P[h, t, j]
-    return Elements(got, np.zeros_like(got), np.zeros_like(got), h, t, j)
+    P = st.P
+    s, h, t, j = np.nonzero(np.broadcast_to(~st.visible[:, None], P.shape))
+    got = P[s, h, t, j]
+    return Elements(got, np.zeros_like(got), np.zeros_like(got), s, h, t, j, np.zeros(len(P), np.int64))
 
 
-def softmax_rows(u: Under) -> Elements:
+def softmax_rows(st: Stack) -> Elements:
     """P = softmax(kq·scale + bias + mask), with the sink in the denominator, for every printed row whose visible
     slots were all printed."""
-    view = u.view
-    vis = np.broadcast_to(u.visible, view.P.shape)
-    if view.S is None:
-        return _empty("the scores feeding SOFT_MAX were not printed", int(vis.sum()))
-    whole = u.rows_whole  # [t]
-    x = u.scaled()[:, whole]  # [h, t', j]
+    P = st.P
+    vis = np.broadcast_to(st.visible[:, None], P.shape)
+    if st.S is None:
+        return _empty(len(P), "the scores feeding SOFT_MAX were not printed", _per_site(vis))
+    whole = st.rows_whole  # [s, t]
+    x = st.scaled()  # [s, h, t, j]
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         m = x.max(axis=-1, keepdims=True)
         sink = None
-        if u.sinks is not None:
-            sink = u.sinks[:, None, None]
+        if st.sinks is not None:
+            sink = st.sinks[:, :, None, None]
             m = np.maximum(m, sink)
         e = np.exp(x - m)
         z = e.sum(axis=-1, keepdims=True)
         if sink is not None:
             z = z + np.exp(sink - m)
         p = e / z
-    t_whole = np.flatnonzero(whole)
-    rows = vis[:, whole]
-    sink_unknown = 0
-    if u.sinks is not None and np.isnan(u.sinks).any():  # a sink the whole rows did not agree on
-        no = np.isnan(u.sinks)
-        sink_unknown = int(rows[no].sum())
-        rows = rows & ~no[:, None, None]
-    h, tw, j = np.nonzero(rows)
-    t = t_whole[tw]
-    want = p[h, tw, j]
-    bound = bounds.softmax_bound(want, u.scale, u.n_visible[t], np.abs(x[h, tw, j]))
-    if u.facts.scale_err:
-        bound = bound + want * 2 * u.facts.scale_err * np.abs(view.S[:, whole]).max(axis=-1)[h, tw]
-    if u.sink_err is not None and sink is not None:
-        share = (np.exp(sink - m) / z)[h, tw, 0]
-        bound = bound + want * share * u.sink_err[h]
-    unchecked = int(vis[:, ~whole].sum())
-    why = ["rows whose visible slots were not all printed (their normaliser is unknown)"] if unchecked else []
-    if sink_unknown:
+    rows = vis & whole[:, None, :, None]
+    unknown_sink = np.zeros(len(P), np.int64)
+    if st.sinks is not None and np.isnan(st.sinks).any():  # a sink the whole rows did not agree on
+        no = np.isnan(st.sinks)[:, :, None, None]
+        unknown_sink = _per_site(rows & no)
+        rows = rows & ~no
+    s, h, t, j = np.nonzero(rows)
+    want = p[s, h, t, j]
+    bound = bounds.softmax_bound(want, st.scale[s], st.n_visible[s, t], np.abs(x[s, h, t, j]))
+    if st.scale_err.any():
+        bound = bound + want * 2 * st.scale_err[s] * np.abs(st.S).max(axis=-1)[s, h, t]
+    if st.sink_err is not None and sink is not None:
+        share = (np.exp(sink - m) / z)[s, h, t, 0]
+        bound = bound + want * share * st.sink_err[s, h]
+    unchecked = _per_site(vis & ~whole[:, None, :, None])
+    why = []
+    if unchecked.any():
+        why.append("rows whose visible slots were not all printed (their normaliser is unknown)")
+    if unknown_sink.any():
         why.append("heads whose whole rows do not agree on one sink logit (fewer than two)")
-    return Elements(view.P[h, t, j], want, bound, h, t, j, unchecked + sink_unknown, "; ".join(why))
+    return Elements(P[s, h, t, j], want, bound, s, h, t, j, unchecked + unknown_sink, "; ".join(why))
 
 
-def softmax_ratio(u: Under) -> Elements:
+def softmax_ratio(st: Stack) -> Elements:
     """Rows with unprinted visible slots: p_j / p_k = exp(scale·(s_j − s_k) + b_j − b_k) between printed visible
     slots (a sink cancels)."""
-    view = u.view
-    part = ~u.rows_whole
-    if view.S is None or not part.any():
-        return _empty()
-    vis = u.visible[part]  # [t', j]
-    P, S = view.P[:, part], view.S[:, part]  # [h, t', j]
-    x = S * u.scale
-    if u.bias is not None:
-        x = x + u.bias[:, part]
-    Pv = np.where(vis, P, -1.0)
-    k = Pv.argmax(axis=-1)[..., None]  # the printed visible slot with the largest weight: the best-known reference
+    P, S = st.P, st.S
+    part = ~st.rows_whole  # [s, t]
+    if S is None or not part.any():
+        return _empty(len(P))
+    vis = st.visible[:, None] & part[:, None, :, None]  # [s, 1, t, j]
+    x = S * st.scale[:, None, None, None]
+    if st.bias is not None:
+        x = x + st.bias
+    k = np.where(vis, P, -1.0).argmax(axis=-1)[..., None]  # the largest printed visible weight: the best-known reference
     p_ref = np.take_along_axis(P, k, -1)
     x_ref = np.take_along_axis(x, k, -1)
     with np.errstate(over="ignore", invalid="ignore"):
         pred = p_ref * np.exp(x - x_ref)
-    slot = np.arange(P.shape[-1])
-    usable = np.broadcast_to(vis, P.shape) & (slot != k) & (p_ref > precision.PRINT)
-    h, tp, j = np.nonzero(usable)
-    t = np.flatnonzero(part)[tp]
-    want = pred[h, tp, j]
-    bound = bounds.ratio_bound(want, np.broadcast_to(p_ref, P.shape)[h, tp, j], u.scale)
-    if u.facts.scale_err:
-        bound = bound + want * u.facts.scale_err * np.abs(S - np.take_along_axis(S, k, -1))[h, tp, j]
-    n_vis_printed = int(np.broadcast_to(vis, P.shape).sum())
-    return Elements(P[h, tp, j], want, bound, h, t, j, n_vis_printed - len(h),
+    usable = np.broadcast_to(vis, P.shape) & (np.arange(P.shape[-1]) != k) & (p_ref > precision.PRINT)
+    s, h, t, j = np.nonzero(usable)
+    want = pred[s, h, t, j]
+    bound = bounds.ratio_bound(want, p_ref[s, h, t, 0], st.scale[s])
+    if st.scale_err.any():
+        bound = bound + want * st.scale_err[s] * np.abs(S - np.take_along_axis(S, k, -1))[s, h, t, j]
+    unchecked = _per_site(np.broadcast_to(vis, P.shape)) - np.bincount(s, minlength=len(P))
+    return Elements(P[s, h, t, j], want, bound, s, h, t, j, unchecked,
                     "each row's reference slot, and rows whose printed weights are all below print precision")
 
 
-def pv(u: Under) -> Elements:
+def pv(st: Stack) -> Elements:
     """O = P·V over the visible slots, for printed kqv elements of rows whose visible slots were all printed."""
-    view = u.view
-    if view.O is None:
-        return _empty()
-    if view.V is None:
-        return _empty("the V cache view was not printed (quantized cache?)", view.O.size)
-    whole = u.rows_whole
-    vis = u.visible  # [t, j]
-    P = np.where(vis, view.P, 0.0)[:, whole]  # [h, t', j]
-    Vh = view.V  # [h, d, j]: a printed nan or inf stays, and fails the elements it feeds
-    want = np.einsum("htj,hdj->htd", P, Vh)
-    bound = bounds.pv_bound(P[:, :, None, :], Vh[:, None], vis[whole][None, :, None, :], view.v_type)  # [h, t', d]
-    ok_rows = np.zeros(view.O.shape, bool)
-    ok_rows[np.ix_(view.kv_printed, whole)] = True
-    h, t, d = np.nonzero(ok_rows)
-    t_pos = np.cumsum(whole) - 1  # query index → index among the whole rows
+    O = st.O
+    if O is None:
+        return _empty(len(st.P))
+    if st.V is None:
+        return _empty(len(O), "the V cache view was not printed (quantized cache?)", _per_site(np.ones(O.shape, bool)))
+    whole = st.rows_whole  # [s, t]
+    vis = st.visible  # [s, t, j]
+    P = np.where(vis[:, None], st.P, 0.0)  # [s, h, t, j]
+    V = st.V  # [s, h, d, j]: a printed nan or inf stays, and fails the elements it feeds
+    want = np.einsum("shtj,shdj->shtd", P, V)
+    bound = bounds.pv_bound(P[:, :, :, None, :], V[:, :, None], vis[:, None, :, None, :], st.v_type)  # [s, h, t, d]
+    ok = st.kv_printed[:, :, None, None] & whole[:, None, :, None]
+    s, h, t, d = np.nonzero(np.broadcast_to(ok, O.shape))
     why = []
     if (~whole).any():
         why.append("rows whose visible slots were not all printed")
-    if (~view.kv_printed).any():
+    if (~st.kv_printed).any():
         why.append("heads whose KV head was not printed")
-    return Elements(view.O[h, t, d], want[h, t_pos[t], d], bound[h, t_pos[t], d], h, t, d,
-                    view.O.size - len(h), ", ".join(why))
+    unchecked = O[0].size - np.bincount(s, minlength=len(O))
+    return Elements(O[s, h, t, d], want[s, h, t, d], bound[s, h, t, d], s, h, t, d, unchecked, ", ".join(why))
 
 
-def softmax_sum(u: Under, tol: FixedTolerance | None = None) -> CheckResult:
-    """The SOFT_MAX `sum =` line: T·H (every row sums to 1) today; the sum of printed values before PR #15637."""
-    view = u.view
+def softmax_sum(st: Stack, i: int, tol: FixedTolerance | None = None) -> CheckResult:
+    """Site i's SOFT_MAX `sum =` line: T·H (every row sums to 1) today; the sum of printed values before PR #15637."""
+    view = st.views[i]
     site = view.site
     node = site.softmax
     T, H = site.T, site.H
     got = view.sums[0]
-    if u.facts.sinks is not None:
+    if st.facts[i].sinks is not None:
         return CheckResult("sum", node.name, node.line, unchecked=1,
                            why_unchecked="attention sinks take a share of every row, printed or not")
     full = float(T * H)
-    n_added = H * int(u.n_visible_all.sum())
-    full_bound = precision.sum_bound(n_added, full, T * H, int(u.n_visible_all.max(initial=0)))
+    n_visible_all = st.n_visible_all[i]
+    n_added = H * int(n_visible_all.sum())
+    full_bound = precision.sum_bound(n_added, full, T * H, int(n_visible_all.max(initial=0)))
     P_all = view.P_all
     printed = float(P_all.sum())
     printed_bound = P_all.size * precision.PRINT + precision.sum_bound(int(np.count_nonzero(P_all)), printed)
-    where = lambda i: Location(-1, -1)  # noqa: E731  (a whole-tensor value has no element)
+    where = lambda k: Location(-1, -1)  # noqa: E731  (a whole-tensor value has no element)
     res = compare("sum", node, [got], [full], [full_bound], where, note="full tensor: T·H rows that each sum to 1",
                   tol=tol)
     if not res.passed and abs(got - printed) <= (printed_bound if tol is None else tol.bound(printed)):
@@ -225,25 +269,23 @@ def softmax_sum(u: Under, tol: FixedTolerance | None = None) -> CheckResult:
     return res
 
 
-def infer_scale(u: Under) -> tuple[float, float, int]:
+def infer_scale(st: Stack) -> tuple[float, float, int]:
     """Pooled least squares of log p_j − b_j = c_row + scale·s_j over printed visible weights ≥ 0.01.
 
-    Returns the numerator and denominator sums (so sites pool) and the number of rows used.
+    Returns the numerator and denominator sums (so stacks pool) and the number of rows used.
     """
-    view = u.view
-    if view.S is None:
+    if st.S is None:
         return 0.0, 0.0, 0
-    vis = np.broadcast_to(u.visible, view.P.shape)
-    S = view.S
-    bias = 0.0 if u.bias is None else u.bias  # ALiBi: log p_j − b_j = c_row + scale·s_j
-    use = vis & (view.P >= 0.01) & np.isfinite(S)
-    n = use.sum(axis=-1)
-    rows = n >= 2
+    P, S = st.P, st.S
+    vis = np.broadcast_to(st.visible[:, None], P.shape)
+    bias = 0.0 if st.bias is None else st.bias  # ALiBi: log p_j − b_j = c_row + scale·s_j
+    use = vis & (P >= 0.01) & np.isfinite(S)
+    rows = use.sum(axis=-1) >= 2
     if not rows.any():
         return 0.0, 0.0, 0
-    w = np.where(use, view.P, 0.0)
+    w = np.where(use, P, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        L = np.where(use, np.log(np.where(use, view.P, 1.0)) - bias, 0.0)
+        L = np.where(use, np.log(np.where(use, P, 1.0)) - bias, 0.0)
         wsum = w.sum(-1, keepdims=True)
         s_bar = (w * np.where(use, S, 0.0)).sum(-1, keepdims=True) / wsum
         l_bar = (w * L).sum(-1, keepdims=True) / wsum

@@ -17,7 +17,7 @@ from ..dump.sample import parse_sample
 from ..errors import DumpError
 from ..results import CheckResult, FixedTolerance, SiteReport
 from . import checks, steps
-from .heads import SiteView, Under, select_heads, site_view
+from .heads import SiteView, Stack, Under, select_heads, site_view, stacks
 from .fits import inferred_scale
 from .hypotheses import describe, pin
 from .scoring import FIXED, MIN_FIT_SHARE, Scored, site_facts
@@ -159,11 +159,19 @@ class DumpChecker:
         return out
 
     def _check_pending(self, pinned: Scored) -> list[SiteReport]:
+        """Every pending site checked under the pinned facts, stack by stack (sites of one printed shape at once)."""
         unexplained = bool(self._summary.facts and self._summary.facts[-1].get("unexplained"))
         factors = self._factors()
-        out = [self._report(p, pinned, factors, unexplained) for p in self._pending]
+        views, facts = [], []
+        for p in self._pending:
+            facts.append(site_facts(pinned.facts, p.view, pinned.extra))
+            views.append(p.view if self.heads is None else select_heads(p.view, set(self.heads)))
+        out: list[SiteReport | None] = [None] * len(views)
+        for idx, st in stacks(views, facts):
+            for k, sr in zip(idx, self._reports(st, [self._pending[i] for i in idx], factors, unexplained)):
+                out[k] = sr
         self._pending = []
-        return out
+        return out  # type: ignore[return-value]
 
     def _factors(self) -> dict[str, tuple[float, float] | None]:
         """Each SCALE step's factor: from the model (the soft-cap around a TANH, q's pre-scale), else pinned on
@@ -197,44 +205,52 @@ class DumpChecker:
                 return 1.0 / cap
         return None
 
-    def _report(self, p: Pending, pinned: Scored, factors: dict, unexplained: bool) -> SiteReport:
-        site, view = p.site, p.view
-        facts = site_facts(pinned.facts, view, pinned.extra)
-        if self.heads is not None:
-            view = select_heads(view, set(self.heads))
-        u = view.under(facts)
+    def _reports(self, st: Stack, pending: list[Pending], factors: dict, unexplained: bool) -> list[SiteReport]:
+        """The SiteReports of one stack: each check computed for all its sites at once."""
         tol = self.tolerance
-        results = checks.finite(view)
-        why = ""
-        if not view.geometry.positions_known:
-            why = (f"the windowed KV cache ({view.geometry.n_kv} slots) has held {view.geometry.n_tokens} tokens: "
-                   "slots are reused, so which position each holds is not printed")
-        elif unexplained:
-            why = "no stated hypothesis explains this run's printed weights (see the warning)"
-        if why:
-            results += [CheckResult(c, site.softmax.name, site.softmax.line, unchecked=view.P.size, why_unchecked=why)
-                        for c in ("masked", "softmax", "softmax_ratio", "pv")]
-        else:
-            results += [checks.result("masked", site.softmax, view, checks.masked(u), "slot"),
-                        checks.result("softmax", site.softmax, view, checks.softmax_rows(u), "slot", tol),
-                        checks.result("softmax_ratio", site.softmax, view, checks.softmax_ratio(u), "slot", tol),
-                        checks.result("pv", site.kqv or site.softmax, view, checks.pv(u), "dim", tol)]
-            if any(not r.passed for r in results if r.check in ("softmax", "softmax_ratio")):
-                self._failed.append(u)
-        if self.heads is None:
-            results.append(checks.softmax_sum(u, tol))
-        results += [steps.check_step(s, factors.get(s.key)) for s in p.steps]
-        return SiteReport(
-            evaluation=p.evaluation, run=p.run, n_past=view.n_past, T=site.T, layer=site.layer,
-            H=site.H, H_kv=site.H_kv, D_h=site.D_h, n_kv=site.n_kv, kq_scale=facts.kq_scale,
-            nodes={"kq": site.kq.name if site.kq else None, "kq_soft_max": site.softmax.name,
-                   "kqv": site.kqv.name if site.kqv else None, "v": site.v.name if site.v else None},
-            line=site.softmax.line,
-            results=results,
-            rows_whole=0 if why else int(u.rows_whole.sum()) * len(view.heads),
-            rows_printed=len(view.queries) * len(view.heads),
-            facts=_site_facts_dict(facts),
-        )
+        P_nodes = [p.site.softmax for p in pending]
+        O_nodes = [p.site.kqv or p.site.softmax for p in pending]
+        why = [self._why_not(p, v, unexplained) for p, v in zip(pending, st.views)]
+        checked = [] if all(why) else list(zip(*(
+            checks.results("masked", P_nodes, st, checks.masked(st), "slot"),
+            checks.results("softmax", P_nodes, st, checks.softmax_rows(st), "slot", tol),
+            checks.results("softmax_ratio", P_nodes, st, checks.softmax_ratio(st), "slot", tol),
+            checks.results("pv", O_nodes, st, checks.pv(st), "dim", tol))))
+        rows_whole = st.rows_whole.sum(axis=1) * len(st.heads)
+        out = []
+        for i, (p, view) in enumerate(zip(pending, st.views)):
+            site = p.site
+            results = checks.finite(view)
+            if why[i]:
+                results += [CheckResult(c, site.softmax.name, site.softmax.line, unchecked=view.P.size,
+                                        why_unchecked=why[i]) for c in ("masked", "softmax", "softmax_ratio", "pv")]
+            else:
+                results += checked[i]
+                if any(not r.passed for r in checked[i][1:3]):
+                    self._failed.append(Under(view, st.facts[i]))
+            if self.heads is None:
+                results.append(checks.softmax_sum(st, i, tol))
+            results += [steps.check_step(s, factors.get(s.key)) for s in p.steps]
+            out.append(SiteReport(
+                evaluation=p.evaluation, run=p.run, n_past=view.n_past, T=site.T, layer=site.layer,
+                H=site.H, H_kv=site.H_kv, D_h=site.D_h, n_kv=site.n_kv, kq_scale=st.facts[i].kq_scale,
+                nodes={"kq": site.kq.name if site.kq else None, "kq_soft_max": site.softmax.name,
+                       "kqv": site.kqv.name if site.kqv else None, "v": site.v.name if site.v else None},
+                line=site.softmax.line, results=results,
+                rows_whole=0 if why[i] else int(rows_whole[i]), rows_printed=len(view.queries) * len(view.heads),
+                facts=_site_facts_dict(st.facts[i])))
+        return out
+
+    @staticmethod
+    def _why_not(p: Pending, view: SiteView, unexplained: bool) -> str:
+        """Why a site's softmax, ratio, masked and P·V checks cannot run ('' when they can)."""
+        g = view.geometry
+        if not g.positions_known:
+            return (f"the windowed KV cache ({g.n_kv} slots) has held {g.n_tokens} tokens: slots are reused, so "
+                    "which position each holds is not printed")
+        if unexplained:
+            return "no stated hypothesis explains this run's printed weights (see the warning)"
+        return ""
 
     def _hint(self) -> str:
         """When softmax checks fail under a given scale and the data's own scale would pass them, say so."""
@@ -247,7 +263,7 @@ class DumpChecker:
         default = site_facts(AttentionFacts(), self._failed[0].view).kq_scale
         candidates = [default, s] if abs(s / default - 1) < 0.01 else [s]
         for c in candidates:
-            under = [u.view.under(replace(u.facts, kq_scale=c)) for u in self._failed]
+            under = [Under(u.view, replace(u.facts, kq_scale=c)).stack for u in self._failed]
             if all(checks.softmax_rows(v).ok(self.tolerance).all() and checks.softmax_ratio(v).ok(self.tolerance).all()
                    for v in under):
                 name = " = 1/sqrt(D_h)" if c == default else ""

@@ -10,7 +10,7 @@ import numpy as np
 from .. import precision
 from ..arch.facts import DEFAULT, INFERRED, AttentionFacts, Fact, Window
 from . import checks
-from .heads import SiteView
+from .heads import SiteView, Under, stacks
 from .scoring import Extra, Scored, site_facts
 
 
@@ -18,8 +18,8 @@ def inferred_scale(views: list[SiteView], facts: AttentionFacts) -> tuple[float,
     """The scale the printed weights and scores give (pooled least squares over the run), and the rows used."""
     num = den = 0.0
     rows = 0
-    for v in views:
-        n, d, r = checks.infer_scale(v.under(site_facts(facts, v)))
+    for _, st in stacks(views, [site_facts(facts, v) for v in views]):
+        n, d, r = checks.infer_scale(st)
         num, den, rows = num + n, den + d, rows + r
     return (num / den, rows) if den > 0 else None
 
@@ -43,7 +43,7 @@ def alibi_candidates(views: list[SiteView], facts: AttentionFacts) -> list[float
     for v in views:
         if v.S is None or not len(v.heads) or v.heads[0] != 0:
             continue
-        u = v.under(site_facts(facts.with_(alibi_max_bias=Fact(0.0, DEFAULT)), v))
+        u = Under(v, site_facts(facts.with_(alibi_max_bias=Fact(0.0, DEFAULT)), v))
         P, S = v.P[0], v.S[0]  # head 0: [t, j]
         pos = (v.geometry.n_past + v.queries)[:, None]
         k_pos = v.geometry.slot_base + v.slots
@@ -82,7 +82,7 @@ def fit_window(views: list[SiteView], best: Scored) -> Fact | None:
     for v in views:
         if v.S is None:
             continue
-        u = v.under(site_facts(facts, v, best.extra))
+        u = Under(v, site_facts(facts, v, best.extra))
         vis = u.visible  # [t, j] without a window
         P = v.P
         x = u.scaled()
@@ -140,7 +140,7 @@ def fit_sinks(views: list[SiteView], best: Scored) -> tuple[AttentionFacts, Extr
     for v in views:
         if v.S is None:
             continue
-        u = v.under(site_facts(facts, v, best.extra))
+        u = Under(v, site_facts(facts, v, best.extra))
         H_of[v.site.layer] = v.site.H
         whole = u.rows_whole
         if not whole.any():

@@ -3,7 +3,7 @@
 GGML stores kq and kq_soft_max as {n_kv, T, H, 1}, i.e. numpy [H, T, n_kv]; kqv as {D_h, T, H, 1}, numpy
 [H, T, D_h]; the V cache view as {n_kv, D_h, H_kv, 1}, numpy [H_kv, D_h, n_kv]. Query head h reads KV head
 h // (H / H_kv) (GGML's broadcast in MUL_MAT). Which slots a query sees, and what SOFT_MAX adds to their scores,
-follows from the site's facts (mask.py): `view.under(facts)`.
+follows from the site's facts (mask.py): `Under(view, facts)` for one site, `Stack(views, facts)` for many at once.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 from ..dump.graph import Site
 from ..dump.sample import Sample
 from ..errors import DumpError
-from .mask import Geometry, Mask, SiteFacts, full_mask
+from .mask import VISIBLE, Geometry, SiteFacts, reasons
 
 
 def kv_head(h: np.ndarray | int, H: int, H_kv: int) -> np.ndarray | int:
@@ -50,67 +50,195 @@ class SiteView:
     def n_past(self) -> int:
         return self.geometry.n_past
 
-    def under(self, facts: SiteFacts) -> "Under":
-        return Under(self, facts)
+
+
+def stack_key(view: SiteView, facts: SiteFacts) -> tuple:
+    """Sites with equal keys stack: the same printed indices and shapes, storage, and kind of mask."""
+    w = facts.window
+    return (view.site.H, view.site.T, view.geometry.n_kv, view.geometry.cached, facts.causal,
+            None if w is None else w.kind, facts.slopes is not None, facts.sinks is not None, view.v_type,
+            view.S is None, view.O is None, view.V is None, view.kv_printed is None,
+            view.heads.tobytes(), view.queries.tobytes(), view.slots.tobytes(), view.dims.tobytes())
 
 
 @dataclass(frozen=True, eq=False)
-class Under:
-    """A view under the facts of its site: which printed slots each query sees, what SOFT_MAX adds to them."""
+class Stack:
+    """Sites of one printed shape under their facts, stacked along a leading site axis s, so that each check is one
+    numpy expression over all of them. Shapes: P, S [s, h, t, j]; O [s, h, t, d]; V [s, h, d, j]."""
 
-    view: SiteView
-    facts: SiteFacts
+    views: list[SiteView]
+    facts: list[SiteFacts]
+
+    @property
+    def heads(self) -> np.ndarray:
+        return self.views[0].heads
+
+    @property
+    def queries(self) -> np.ndarray:
+        return self.views[0].queries
+
+    @property
+    def slots(self) -> np.ndarray:
+        return self.views[0].slots
+
+    @property
+    def dims(self) -> np.ndarray:
+        return self.views[0].dims
+
+    @property
+    def v_type(self) -> str | None:
+        return self.views[0].v_type
+
+    def _stacked(self, name: str) -> np.ndarray | None:
+        a = getattr(self.views[0], name)
+        return None if a is None else np.stack([getattr(v, name) for v in self.views])
 
     @cached_property
-    def mask(self) -> Mask:
-        return Mask(self.view.geometry, self.facts, self.view.queries, self.view.slots)
+    def P(self) -> np.ndarray:
+        return self._stacked("P")
+
+    @cached_property
+    def S(self) -> np.ndarray | None:
+        return self._stacked("S")
+
+    @cached_property
+    def O(self) -> np.ndarray | None:  # noqa: E743
+        return self._stacked("O")
+
+    @cached_property
+    def V(self) -> np.ndarray | None:
+        return self._stacked("V")
+
+    @cached_property
+    def kv_printed(self) -> np.ndarray | None:
+        return self._stacked("kv_printed")
+
+    @cached_property
+    def scale(self) -> np.ndarray:
+        """[s] the SOFT_MAX scale of each site."""
+        return np.array([f.kq_scale for f in self.facts], dtype=np.float64)
+
+    @cached_property
+    def scale_err(self) -> np.ndarray:
+        return np.array([f.scale_err for f in self.facts], dtype=np.float64)
+
+    @cached_property
+    def reason(self) -> np.ndarray:
+        """[s, t, j] why each printed slot is masked for each printed query (mask.VISIBLE when it is not)."""
+        return self._reasons(self.queries, self.slots)
+
+    def _reasons(self, queries: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        g = [v.geometry for v in self.views]
+        f0 = self.facts[0]
+        window = np.array([f.window.n if f.window is not None else 0 for f in self.facts])
+        return reasons(np.array([x.n_past for x in g]), np.array([x.slot_base for x in g]),
+                       np.array([x.n_tokens for x in g]), queries, slots, f0.causal, window,
+                       f0.window.kind if f0.window is not None else "standard")
 
     @cached_property
     def visible(self) -> np.ndarray:
-        """[t, j] printed slot j visible to printed query t."""
-        return self.mask.visible
+        """[s, t, j] printed slot j visible to printed query t."""
+        return self.reason == VISIBLE
 
     @cached_property
     def n_visible_all(self) -> np.ndarray:
-        """[T] how many slots each query of the evaluation sees, printed or not."""
-        return full_mask(self.view.geometry, self.facts).visible.sum(axis=1)
+        """[s, T] how many slots each query of the evaluation sees, printed or not."""
+        v0 = self.views[0]
+        return (self._reasons(np.arange(v0.site.T), np.arange(v0.geometry.n_kv)) == VISIBLE).sum(axis=-1)
 
     @cached_property
     def n_visible(self) -> np.ndarray:
-        """[t] how many slots each printed query sees, printed or not."""
-        return self.n_visible_all[self.view.queries]
+        """[s, t] how many slots each printed query sees, printed or not."""
+        return self.n_visible_all[:, self.queries]
 
     @cached_property
     def rows_whole(self) -> np.ndarray:
-        """[t] every visible slot of the row was printed, so the row's softmax and P·V can be recomputed."""
-        return self.visible.sum(axis=1) == self.n_visible
+        """[s, t] every visible slot of the row was printed, so its softmax and P·V can be recomputed."""
+        return self.visible.sum(axis=-1) == self.n_visible
+
+    @cached_property
+    def positions_known(self) -> np.ndarray:
+        """[s] every token seen has its own slot (a windowed cache smaller than that reuses slots)."""
+        return np.array([v.geometry.positions_known for v in self.views])
 
     @cached_property
     def bias(self) -> np.ndarray | None:
-        """[h, t, j] ALiBi's bias on the printed slots (None without ALiBi)."""
-        return self.mask.bias(self.view.heads)
+        """[s, h, t, j] ALiBi's slope_h · (−|p_q − p_k|) on visible slots (0 elsewhere), or None without ALiBi."""
+        if self.facts[0].slopes is None:
+            return None
+        slopes = np.stack([f.slopes[self.heads] for f in self.facts])  # [s, h]
+        g = [v.geometry for v in self.views]
+        q_pos = np.array([x.n_past for x in g])[:, None] + self.queries[None, :]
+        k_pos = np.array([x.slot_base for x in g])[:, None] + self.slots[None, :]
+        dist = np.abs(q_pos[:, :, None] - k_pos[:, None, :]).astype(np.float64)  # [s, t, j]
+        return np.where(self.visible[:, None], -slopes[:, :, None, None] * dist[:, None], 0.0)
 
     @cached_property
     def sinks(self) -> np.ndarray | None:
-        """[h] the sink logit of each printed head (None without sinks)."""
-        s = self.facts.sinks
-        return None if s is None else np.asarray(s, dtype=np.float64)[self.view.heads]
+        """[s, h] each printed head's sink logit (None without sinks; NaN where the rows did not agree on one)."""
+        if self.facts[0].sinks is None:
+            return None
+        return np.stack([np.asarray(f.sinks, dtype=np.float64)[self.heads] for f in self.facts])
 
     @cached_property
     def sink_err(self) -> np.ndarray | None:
-        e = self.facts.sink_err
-        return None if e is None else np.asarray(e, dtype=np.float64)[self.view.heads]
+        if self.facts[0].sink_err is None or self.sinks is None:
+            return None
+        return np.stack([np.asarray(f.sink_err, dtype=np.float64)[self.heads] for f in self.facts])
+
+    def scaled(self) -> np.ndarray:
+        """[s, h, t, j] kq·scale + bias on visible slots, −inf on masked ones (what SOFT_MAX exponentiates)."""
+        x = self.S * self.scale[:, None, None, None]
+        if self.bias is not None:
+            x = x + self.bias
+        return np.where(self.visible[:, None], x, -np.inf)
+
+
+def stacks(views: list[SiteView], facts: list[SiteFacts]) -> list[tuple[list[int], Stack]]:
+    """The views grouped into stacks, each with the indices of its views in the input."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (v, f) in enumerate(zip(views, facts)):
+        groups.setdefault(stack_key(v, f), []).append(i)
+    return [(idx, Stack([views[i] for i in idx], [facts[i] for i in idx])) for idx in groups.values()]
+
+
+class Under:
+    """One view under its facts (a stack of one), for code that walks a single site (inspect)."""
+
+    def __init__(self, view: SiteView, facts: SiteFacts):
+        self.view, self.facts = view, facts
+        self.stack = Stack([view], [facts])
+
+    @property
+    def visible(self) -> np.ndarray:
+        return self.stack.visible[0]
+
+    @property
+    def reason(self) -> np.ndarray:
+        return self.stack.reason[0]
+
+    @property
+    def n_visible(self) -> np.ndarray:
+        return self.stack.n_visible[0]
+
+    @property
+    def rows_whole(self) -> np.ndarray:
+        return self.stack.rows_whole[0]
+
+    @property
+    def bias(self) -> np.ndarray | None:
+        return None if self.stack.bias is None else self.stack.bias[0]
+
+    @property
+    def sinks(self) -> np.ndarray | None:
+        return None if self.stack.sinks is None else self.stack.sinks[0]
 
     @property
     def scale(self) -> float:
         return self.facts.kq_scale
 
     def scaled(self) -> np.ndarray:
-        """[h, t, j] kq·scale + bias on visible slots, −inf on masked ones (what SOFT_MAX exponentiates)."""
-        x = self.view.S * self.scale
-        if self.bias is not None:
-            x = x + self.bias
-        return np.where(self.visible[None], x, -np.inf)
+        return self.stack.scaled()[0]
 
 
 def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | None, V: Sample | None,

@@ -72,15 +72,10 @@ class Mask:
     def reason(self) -> np.ndarray:
         """[t, j] VISIBLE, LATER, EMPTY or OUTSIDE_WINDOW."""
         g, f = self.geometry, self.facts
-        q_pos = g.n_past + self.queries
-        k_pos = g.slot_base + self.slots
-        out = np.full((len(q_pos), len(k_pos)), VISIBLE, np.int8)
-        if f.window is not None:
-            out[f.window.masks(q_pos, k_pos)] = OUTSIDE_WINDOW
-        if f.causal:
-            out[k_pos[None, :] > q_pos[:, None]] = LATER
-        out[:, self.slots >= g.n_tokens] = EMPTY
-        return out
+        n = np.array([f.window.n if f.window is not None else 0])
+        kind = f.window.kind if f.window is not None else "standard"
+        return reasons(np.array([g.n_past]), np.array([g.slot_base]), np.array([g.n_tokens]), self.queries,
+                       self.slots, f.causal, n, kind)[0]
 
     @cached_property
     def visible(self) -> np.ndarray:
@@ -94,6 +89,29 @@ class Mask:
         g = self.geometry
         dist = np.abs((g.n_past + self.queries)[:, None] - (g.slot_base + self.slots)[None, :]).astype(np.float64)
         return np.where(self.visible[None], -self.facts.slopes[heads][:, None, None] * dist[None], 0.0)
+
+
+def reasons(n_past: np.ndarray, slot_base: np.ndarray, n_tokens: np.ndarray, queries: np.ndarray,
+            slots: np.ndarray, causal: bool, window: np.ndarray, kind: str) -> np.ndarray:
+    """[s, t, j] why each slot is masked for each query, over sites s at their own n_past, slot_base, n_tokens and
+    window size (0: no window): VISIBLE, LATER, EMPTY or OUTSIDE_WINDOW (llama_hparams::is_masked_swa)."""
+    q_pos = n_past[:, None] + queries[None, :]  # [s, t]
+    k_pos = slot_base[:, None] + slots[None, :]  # [s, j]
+    out = np.full((len(n_past), len(queries), len(slots)), VISIBLE, np.int8)
+    w = window[:, None, None]
+    if (window > 0).any():
+        d = q_pos[:, :, None] - k_pos[:, None, :]
+        if kind == "standard":
+            outside = d >= w
+        elif kind == "symmetric":
+            outside = np.abs(d) > w // 2
+        else:  # chunked: keys before the query's chunk
+            outside = k_pos[:, None, :] < (q_pos // np.maximum(window, 1)[:, None] * window[:, None])[:, :, None]
+        out[outside & (w > 0)] = OUTSIDE_WINDOW
+    if causal:
+        out[k_pos[:, None, :] > q_pos[:, :, None]] = LATER
+    out[np.broadcast_to(slots[None, None, :] >= n_tokens[:, None, None], out.shape)] = EMPTY
+    return out
 
 
 def full_mask(geometry: Geometry, facts: SiteFacts, queries: np.ndarray | None = None) -> Mask:

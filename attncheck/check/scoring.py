@@ -9,7 +9,7 @@ import numpy as np
 
 from ..arch.facts import AttentionFacts, alibi_slopes
 from . import checks
-from .heads import SiteView, Under
+from .heads import SiteView, Stack, stacks
 from .mask import SiteFacts
 
 MIN_FIT_SHARE = 0.5  # a hypothesis fitting fewer of the informative rows explains nothing: they are not checkable
@@ -59,17 +59,16 @@ class Scored:
         return self.rows - self.failing
 
 
-def row_failures(u: Under) -> np.ndarray:
-    """[h, t] printed rows that some element of the masked, softmax or ratio check fails, or that a fitted sink
-    leaves not checkable."""
-    shape = u.view.P.shape[:2]
+def row_failures(st: Stack) -> np.ndarray:
+    """[s, h, t] printed rows that some element of the masked, softmax or ratio check fails, or that a fitted sink
+    leaves not checkable, in every site of a stack."""
+    shape = st.P.shape[:3]
     bad = np.zeros(shape, bool)
-    for el in (checks.masked(u), checks.softmax_rows(u), checks.softmax_ratio(u)):
+    for el in (checks.masked(st), checks.softmax_rows(st), checks.softmax_ratio(st)):
         bad |= checks.failing_rows(el, shape)
-    if u.sinks is not None and np.isnan(u.sinks).any():  # weights of such heads cannot be checked
-        bad[np.isnan(u.sinks)[:, None] & u.rows_whole[None, :]] = True
-    if not u.view.geometry.positions_known:
-        bad[:] = True
+    if st.sinks is not None and np.isnan(st.sinks).any():  # weights of such heads cannot be checked
+        bad |= np.isnan(st.sinks)[:, :, None] & st.rows_whole[:, None, :]
+    bad[~st.positions_known] = True
     return bad
 
 
@@ -77,14 +76,13 @@ def score(views: list[SiteView], facts: AttentionFacts, extra: Extra | None = No
           only: list[int] | None = None) -> Scored:
     """Rows failing under a hypothesis, over all views or only some (to try it on the failures first)."""
     extra = extra or Extra()
-    per_view = []
-    failing = rows = 0
-    for i, v in enumerate(views):
-        if only is not None and i not in only:
-            per_view.append(np.zeros(v.P.shape[:2], bool))
-            continue
-        bad = row_failures(v.under(site_facts(facts, v, extra)))
-        per_view.append(bad)
-        failing += int(bad.sum())
-        rows += bad.size
+    chosen = range(len(views)) if only is None else only
+    per_view = [np.zeros(v.P.shape[:2], bool) for v in views]
+    picked = [views[i] for i in chosen]
+    for idx, st in stacks(picked, [site_facts(facts, v, extra) for v in picked]):
+        bad = row_failures(st)
+        for k, i in enumerate(idx):
+            per_view[list(chosen)[i]] = bad[k]
+    failing = sum(int(per_view[i].sum()) for i in chosen)
+    rows = sum(per_view[i].size for i in chosen)
     return Scored(facts, extra, failing, rows, per_view)

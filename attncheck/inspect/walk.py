@@ -114,7 +114,7 @@ def walk_site(src: str, ev: Evaluation, site: Site, head: int, query: int | None
     Q = parse_sample(site.q, src) if printable(site.q) else None
     V = parse_sample(site.v, src) if printable(site.v) else None
     lines = _facts_used(pinned.facts, facts.kq_scale)
-    return head_walk(src, ev, site, head, query, view.under(facts), lines, V=V, K=K, Q=Q)
+    return head_walk(src, ev, site, head, query, Under(view, facts), lines, V=V, K=K, Q=Q)
 
 
 def _scale_origin(facts: tuple[str, ...]) -> str:
@@ -198,7 +198,7 @@ def head_walk(source: str, ev: Evaluation, site: Site, head: int, query: int | N
         scale_origin=_scale_origin(facts), tokens=ev.tokens, query=query,
         query_origin=query_origin, shapes=tuple(shapes(site)), Q_h=Q_h, K_h=K_h, V_h=V_h, row=row,
         weighted=weighted, weighted_why_not=why, P_h=view.P[hp], P_queries=view.queries, P_slots=view.slots,
-        notes=tuple(notes), P_reason=u.mask.reason, visible_all=vis_all, slot_base=g_.slot_base,
+        notes=tuple(notes), P_reason=u.reason, visible_all=vis_all, slot_base=g_.slot_base,
         n_tokens=g_.n_tokens, facts=facts,
     )
 
@@ -249,7 +249,7 @@ def _query_row(u: Under, hp: int, tp: int) -> QueryRow:
     if scaled is None:
         why = "the scores SOFT_MAX reads were not printed"
     else:
-        el = checks.softmax_rows(u) if whole else checks.softmax_ratio(u)
+        el = checks.softmax_rows(u.stack) if whole else checks.softmax_ratio(u.stack)
         sel = (el.h == hp) & (el.t == tp)
         softmax[el.x[sel]] = el.want[sel]
         bound[el.x[sel]] = el.bound[sel]
@@ -271,7 +271,7 @@ def _query_row(u: Under, hp: int, tp: int) -> QueryRow:
             share = float(1.0 - p[vis].sum())
     reason_all = full_mask(view.geometry, u.facts, view.queries[tp:tp + 1]).reason[0]
     return QueryRow(view.slots, vis, whole, s, scaled, mask, softmax, p, error, bound,
-                    _mask_ranges(reason_all, bias is not None), ref, why, u.mask.reason[tp], sink, share)
+                    _mask_ranges(reason_all, bias is not None), ref, why, u.reason[tp], sink, share)
 
 
 def _weighted(u: Under, row: QueryRow, hp: int, tp: int, V_h: Rows | None) -> tuple[WeightedSum | None, str]:
@@ -283,7 +283,7 @@ def _weighted(u: Under, row: QueryRow, hp: int, tp: int, V_h: Rows | None) -> tu
         return None, "V_h was not printed"
     if not row.whole:
         return None, "the row's visible slots were not all printed"
-    el = checks.pv(u)
+    el = checks.pv(u.stack)
     sel = (el.h == hp) & (el.t == tp)
     if not sel.any():
         return None, "the KV head this head reads was not printed"

@@ -102,6 +102,8 @@ def _vocab(model: str | None) -> list[str] | None:
 @click.option("--junit", metavar="FILE", help="Write JUnit XML: one testcase per evaluation × layer.")
 @click.option("--atol", type=float, help="Absolute tolerance in place of the derived per-element bounds.")
 @click.option("--rtol", type=float, help="Relative tolerance in place of the derived per-element bounds.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Processes reading the dump (default: every core); "
+                                                                  "the report does not depend on it.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failing site.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict line (and failures).")
 @click.option("-v", "--verbose", is_flag=True, help="Every check of every site.")
@@ -109,7 +111,7 @@ def _vocab(model: str | None) -> list[str] | None:
                                               "reference forward pass (gpt2, llama).")
 @click.option("--tokens", metavar="IDS", help="The prompt's token ids, e.g. 1,2,3, for logs that do not print them.")
 @_html_option("the report, a layer × head grid and each head's heatmaps")
-def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast, quiet, verbose, model, tokens,
+def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fail_fast, quiet, verbose, model, tokens,
           html_out):
     """Check every attention head in one or more dumps (default: stdin)."""
     from .check.page import PageData
@@ -118,7 +120,7 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, fail_fast
     from .verify import Options, verify
 
     opts = Options(kq_scale=kq_scale, layers=frozenset(layers) or None, heads=frozenset(heads) or None,
-                   fail_fast=fail_fast, model=model, tokens=_tokens(tokens),
+                   fail_fast=fail_fast, model=model, tokens=_tokens(tokens), jobs=jobs,
                    tolerance=None if atol is None and rtol is None else FixedTolerance(atol or 0.0, rtol or 0.0))
     console = _console(stderr=json_out == "-")
     reports: list[Report] = []

@@ -17,6 +17,9 @@ class DumpError(Exception):
         where = self.source if self.line is None else f"{self.source}:{self.line}"
         return printable(f"{where}: {self.message}")
 
+    def __reduce__(self):  # a worker process sends it back to the parent (check/pool.py)
+        return DumpError, (self.source, self.line, self.message)
+
 
 def printable(text: str) -> str:
     """Text quoted from the input, as one visible line: control characters (NUL, a stray CR, terminal escape

@@ -6,7 +6,7 @@ memory stays flat.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Protocol
 
 from .arch import lookup
@@ -35,6 +35,7 @@ class Options:
     model: str | None = None
     tokens: tuple[int, ...] | None = None
     tolerance: FixedTolerance | None = None  # --atol/--rtol in place of the derived bounds of the dump-only checks
+    jobs: int | None = None  # processes reading the dump (None: every core); results do not depend on it
 
 
 def _options(options: Options | None, kw: dict) -> Options:
@@ -68,10 +69,11 @@ def given_facts(opts: Options, header: Header | None = None) -> AttentionFacts:
     return facts
 
 
-def _fits(shape: tuple[int, list[int]], ev: Evaluation, source: str, header: Header) -> None:
-    """A model's header must fit the dump's attention: its layer count and each layer's query heads."""
+def _fits(shape: tuple[int, list[int]], sites, source: str, header: Header) -> None:
+    """A model's header must fit the dump's attention: its layer count and each layer's query heads (sites: Site or
+    SiteInfo)."""
     n_layer, heads = shape
-    for s in ev.sites:
+    for s in sites:
         if s.layer < n_layer and heads[s.layer] == s.H:
             continue
         m = header.meta
@@ -94,13 +96,26 @@ class Observer(Protocol):
         """Each SiteReport as the report takes it (after its run's facts were pinned)."""
 
 
+@dataclass
+class Read:
+    """What reading the dump gave besides the sites: records for the report (notes, runs, the cut node)."""
+
+    notes: list = field(default_factory=list)
+    runs: list = field(default_factory=list)
+    cut: object = None  # the node (or NodeRef) the dump ended inside
+    evaluations: int = 0
+    flash: int = 0
+
+
 def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
-           progress: Callable[[Dump, Evaluation], None] | None = None, observe: Observer | None = None,
+           progress: Callable[[Dump, Evaluation | None], None] | None = None, observe: Observer | None = None,
            **kw) -> Report:
     """Check every attention site of a dump; keyword arguments build Options (kq_scale=, layers=, heads=...).
 
-    progress(dump, evaluation) is called after each evaluation is checked (dump.bytes_read says how far it is);
-    observe (Observer) is shown each evaluation and each SiteReport.
+    progress(dump, evaluation) is called as the dump is read (dump.bytes_read says how far it is); observe (Observer)
+    is shown each evaluation and each SiteReport. The dump-only checks read the dump in parts on every core
+    (Options.jobs; check/pool.py); with a model's reference forward pass, an observer or --fail-fast, evaluations are
+    read one after another in this process.
     """
     opts = _options(options, kw)
     if not isinstance(dump, Dump):
@@ -108,8 +123,7 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     report = Report(source=dump.source, kq_scale=opts.kq_scale, tolerance=opts.tolerance)
     header = read_header(opts.model) if opts.model is not None else None
     shape = require_shape(header.meta, header.path) if header is not None else None
-    given = given_facts(opts, header)
-    checker = DumpChecker(dump.source, given, opts.layers, opts.heads, opts.tolerance)
+    checker = DumpChecker(dump.source, given_facts(opts, header), opts.layers, opts.heads, opts.tolerance)
     model = None
     if header is not None:
         entry = lookup(header.arch)
@@ -122,24 +136,12 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
             report.model = {"path": opts.model, "arch": header.arch, "forward": None,
                             "note": f"attncheck has no reference forward pass for {header.arch!r}: the printed numbers "
                                     "are checked from the dump alone, under the attention facts its header gives"}
-    from_dump: list[SiteReport] = []
-    from_model: list[SiteReport] = []
-    for ev in dump.evaluations():
-        if shape is not None:
-            _fits(shape, ev, dump.source, header)
-        report.evaluations += 1
-        report.flash_nodes += len(ev.flash)
-        new_dump = checker.check(ev)
-        new_model = model.check(ev) if model is not None else []
-        if observe is not None:
-            observe.evaluation(ev, model.current[0].ref if model is not None and model.current else None)
-        from_dump += new_dump
-        from_model += new_model
-        if progress is not None:
-            progress(dump, ev)
-        if opts.fail_fast and any(not sr.passed for sr in (*new_dump, *new_model)):
-            report.stopped_early = True
-            break
+    fits = (lambda infos: _fits(shape, infos, dump.source, header)) if shape is not None else None
+    if model is None and observe is None and not opts.fail_fast:
+        from_dump, read = _by_parts(dump, checker, opts.jobs, progress, fits)
+        from_model: list[SiteReport] = []
+    else:
+        from_dump, from_model, read = _by_evaluation(dump, checker, model, opts, report, progress, observe, fits)
     held, summary = checker.finish(complete=not report.stopped_early)
     from_dump += held
     if model is not None:
@@ -152,19 +154,76 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
         if opts.fail_fast and not sr.passed:
             report.stopped_early = True
             break
+    _fill(report, dump.source, read, summary)
+    return report
+
+
+def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits) -> tuple[list[SiteReport], Read]:
+    """The dump read in parts (in worker processes when jobs > 1), taken in by the checker in dump order."""
+    from .check.pool import Replay, gathered, jobs_default
+
+    read = Read()
+    replay = Replay(dump.source)
+    out: list[SiteReport] = []
+    for part in gathered(dump.stream, dump.source, checker.layers, jobs or jobs_default()):
+        for ev in replay.take(part):
+            if fits is not None:
+                fits([p.site for p in ev.pending])
+            read.evaluations += 1
+            read.flash += ev.flash
+            out += checker.absorb(ev)
+        read.notes += part.notes
+        read.cut = part.cut or read.cut
+        dump.bytes_read += part.size
+        if progress is not None:
+            progress(dump, None)
+        if part.error is not None:
+            raise part.error
+    read.runs = replay.runs
+    return out, read
+
+
+def _by_evaluation(dump: Dump, checker: DumpChecker, model, opts: Options, report: Report, progress, observe,
+                   fits) -> tuple[list[SiteReport], list[SiteReport], Read]:
+    """The dump read evaluation by evaluation in this process: the --model checks need each evaluation's nodes."""
+    read = Read()
+    from_dump: list[SiteReport] = []
+    from_model: list[SiteReport] = []
+    for ev in dump.evaluations():
+        if fits is not None:
+            fits(ev.sites)
+        read.evaluations += 1
+        read.flash += len(ev.flash)
+        new_dump = checker.check(ev)
+        new_model = model.check(ev) if model is not None else []
+        if observe is not None:
+            observe.evaluation(ev, model.current[0].ref if model is not None and model.current else None)
+        from_dump += new_dump
+        from_model += new_model
+        if progress is not None:
+            progress(dump, ev)
+        if opts.fail_fast and any(not sr.passed for sr in (*new_dump, *new_model)):
+            report.stopped_early = True
+            break
+    read.notes, read.runs, read.cut = dump.notes, dump.runs, dump.cut
+    return from_dump, from_model, read
+
+
+def _fill(report: Report, source: str, read: Read, summary) -> None:
+    """The report's dump-wide figures and warnings."""
+    report.evaluations, report.flash_nodes = read.evaluations, read.flash
     report.layers_seen = summary.layers_seen
     report.layer_kinds = summary.layer_kinds
     report.other_softmax = summary.other_softmax
     report.facts = summary.facts
     report.inferred_kq_scale, report.inferred_rows, report.hint = (summary.inferred_kq_scale, summary.inferred_rows,
                                                                    summary.hint)
-    report.runs = len(dump.runs) or (1 if report.evaluations else 0)
-    report.tokens = [r.tokens for r in dump.runs]
-    report.warnings = [f"{dump.source}:{n.line}: {n.message}" for n in dump.notes] + summary.warnings
-    if dump.cut is not None and not report.stopped_early:
+    report.runs = len(read.runs) or (1 if report.evaluations else 0)
+    report.tokens = [r.tokens for r in read.runs]
+    report.warnings = [f"{source}:{n.line}: {n.message}" for n in read.notes] + summary.warnings
+    if read.cut is not None and not report.stopped_early:
         report.warnings.append(
-            f"{dump.source}:{dump.cut.line}: the output ends inside node '{dump.cut.name}' "
+            f"{source}:{read.cut.line}: the output ends inside node '{read.cut.name}' "
             "(llama.cpp's logger loses its tail at exit); no check needed it"
         )
     report.warnings = [printable(w) for w in report.warnings]  # one line each, whatever the input held
-    return report

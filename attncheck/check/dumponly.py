@@ -12,28 +12,16 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..arch.facts import AttentionFacts
-from ..dump.graph import Evaluation, Site
-from ..dump.sample import parse_sample
-from ..errors import DumpError
+from ..dump.graph import Evaluation
 from ..results import CheckResult, FixedTolerance, SiteReport
 from . import checks, steps
-from .heads import SiteView, Stack, Under, select_heads, site_view, stacks
+from .gather import EvalData, Pending, gather
+from .heads import SiteView, Stack, Under, select_heads, stacks
 from .fits import inferred_scale
 from .hypotheses import describe, pin
 from .scoring import FIXED, MIN_FIT_SHARE, Scored, site_facts
 
 MAX_BUFFERED = 20000  # sites of one run kept to pin its facts; past that, the rest of the run is checked as it comes
-
-
-@dataclass
-class Pending:
-    """A site waiting for its run's facts."""
-
-    evaluation: int
-    run: int
-    site: Site
-    view: SiteView  # every printed head (facts are pinned on all of them)
-    steps: list[steps.Step]
 
 
 @dataclass
@@ -68,18 +56,20 @@ class DumpChecker:
     _failed: list[Under] = field(default_factory=list)  # views whose softmax checks failed, for the hint
 
     def check(self, ev: Evaluation) -> list[SiteReport]:
+        """Gather an evaluation's sites and take them in (the in-process path; workers gather, see absorb)."""
+        return self.absorb(gather(ev, self.source, self.layers))
+
+    def absorb(self, data: EvalData) -> list[SiteReport]:
+        """Take in one evaluation's gathered sites, in dump order: a run's sites wait until its facts are pinned."""
         out: list[SiteReport] = []
-        if self._run is not None and ev.run != self._run:
+        if self._run is not None and data.run != self._run:
             out += self._close()
         if self._run is None:
-            self._run = ev.run
-            self._summary.layer_kinds.update(ev.layer_kinds())
-            self._summary.other_softmax += [f"{n.name} (line {n.line})" for n in ev.other_softmax]
-        for site in ev.sites:
-            self._summary.layers_seen.add(site.layer)
-            if self.layers is not None and site.layer not in self.layers:
-                continue
-            self._pending.append(self._gather(ev, site))
+            self._run = data.run
+            self._summary.layer_kinds.update(data.layer_kinds)
+            self._summary.other_softmax += list(data.other_softmax)
+        self._summary.layers_seen |= data.layers_seen
+        self._pending += data.pending
         if self._pinned is not None:
             out += self._check_pending(self._pinned)
         elif len(self._pending) > MAX_BUFFERED:
@@ -92,36 +82,6 @@ class DumpChecker:
         s = self._summary
         s.hint = self._hint()
         return out, s
-
-    # ---- gathering ------------------------------------------------------------------------------------------
-
-    def _gather(self, ev: Evaluation, site: Site) -> Pending:
-        src = self.source
-        if ev.n_past is None:
-            raise DumpError(src, site.softmax.line, "cannot place this evaluation: an earlier one had no attention "
-                                                    "to count T")
-        P = parse_sample(site.softmax, src)
-        S = parse_sample(site.scores, src) if site.scores is not None and not site.scores.quantized else None
-        O = parse_sample(site.kqv, src) if site.kqv is not None else None
-        V = parse_sample(site.v, src) if site.v is not None and not site.v.quantized else None
-        view = site_view(site, ev.n_past, P, S, O, V, src)
-        return Pending(ev.index, ev.run, site, view, self._steps(site, S))
-
-    def _steps(self, site: Site, S) -> list[steps.Step]:
-        """The printed steps between kq and SOFT_MAX, and q's pre-scale, with their printed inputs."""
-        out = []
-        sample = lambda n: None if n is None or n.quantized else parse_sample(n, self.source)  # noqa: E731
-        chain = site.steps()
-        pre = site.q_scale_node()
-        after = [n.op for n in chain[1:]] + ["SOFT_MAX"]
-        todo = [(f"scores.{i}", n, after[i]) for i, n in enumerate(chain)] + ([("q", pre, "MUL_MAT")] if pre else [])
-        for key, n, before in todo:
-            y = S if n is site.scores and S is not None else sample(n)
-            a_node, b_node = n.inputs
-            a = sample(a_node) if a_node is not None and a_node.ne == n.ne else None
-            b = sample(b_node) if b_node is not None and b_node.ne == n.ne and n.op == "ADD" else None
-            out.append(steps.Step(key, n, y, a, b, before))
-        return out
 
     # ---- pinning and checking -------------------------------------------------------------------------------
 
@@ -198,8 +158,7 @@ class DumpChecker:
             return g.q_scale.value if g.q_scale.origin in FIXED else None
         cap = g.softcap.value if g.softcap.origin in FIXED else None
         if cap:
-            feeds = s.node.inputs[0]
-            if feeds is not None and feeds.op == "TANH":
+            if s.feeds == "TANH":
                 return cap
             if s.before == "TANH":
                 return 1.0 / cap

@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..dump.graph import Site
+from ..dump.graph import Site, SiteInfo
 from ..dump.sample import Sample
 from ..errors import DumpError
 from .mask import VISIBLE, Geometry, SiteFacts, reasons
@@ -31,7 +31,7 @@ class SiteView:
     O: [h, t, d] kqv (None if absent)          V: [h, d, j] V_h of each printed head (0 where kv_printed is False)
     """
 
-    site: Site
+    site: SiteInfo
     geometry: Geometry
     heads: np.ndarray  # [h] logical head indices
     queries: np.ndarray  # [t] query indices within the evaluation (position n_past + t)
@@ -266,7 +266,7 @@ def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | 
             if g is not None:
                 V_h[i], kv_printed[i] = V.values[0, g], True
     return SiteView(
-        site=site,
+        site=site.info(),
         geometry=Geometry(n_past, site.T, site.n_kv, site.kv_cached),
         heads=heads,
         queries=queries,

@@ -127,7 +127,7 @@ def _scale_and_causality(views: list[SiteView], given: AttentionFacts):
     if given.kq_scale.origin in FIXED:
         scales = [given.kq_scale]
     else:
-        pre = next((n for n in (v.site.q_scale_node() for v in views) if n is not None), None)
+        pre = next((v.site.q_scale for v in views if v.site.q_scale is not None), None)
         one = Fact(1.0, STRUCTURE, f"q is pre-scaled by {pre.name} (line {pre.line})") if pre is not None else \
             Fact(1.0, INFERRED, "SOFT_MAX applies no scale")
         default = Fact(None, DEFAULT, "1/sqrt(D_h)")

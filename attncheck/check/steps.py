@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from .. import precision
-from ..dump.records import Node
+from ..dump.records import NodeRef
 from ..dump.sample import Sample
 from ..results import CheckResult, Location, compare
 from .fits import consensus
@@ -22,16 +23,28 @@ PRINT, F32 = precision.PRINT, precision.F32
 MIN_INPUT = 0.01  # elements of smaller input tell little about a factor
 
 
+class Printed(NamedTuple):
+    """A printed sample's values [1, n2, n1, n0] and the logical index printed along each axis."""
+
+    values: np.ndarray
+    index: tuple[np.ndarray, ...]
+
+    @classmethod
+    def of(cls, s: Sample | None) -> "Printed | None":
+        return None if s is None else cls(s.values, s.index)
+
+
 @dataclass(frozen=True)
 class Step:
     """One printed step: its node, its printed input(s), and the key its factor is pinned under."""
 
     key: str  # "q" (q's pre-scale) or "scores.<i>" (the i-th step from kq)
-    node: Node
-    y: Sample
-    a: Sample | None  # the input (src0), when printed with the same ne
-    b: Sample | None = None  # ADD's second input, when printed with the same ne
+    node: NodeRef
+    y: Printed
+    a: Printed | None  # the input (src0), when printed with the same ne
+    b: Printed | None = None  # ADD's second input, when printed with the same ne
     before: str | None = None  # the op of the next step in the chain (SOFT_MAX after the last)
+    feeds: str | None = None  # the op of its input (a TANH before the soft-cap's second SCALE)
 
 
 def factor_intervals(steps: list[Step]) -> tuple[np.ndarray, np.ndarray]:

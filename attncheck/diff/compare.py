@@ -20,7 +20,7 @@ from .. import precision
 from .align import Aligned, align, causal, geometry
 from ..errors import DumpError
 from ..dump.graph import Dump, Evaluation, read_dump
-from ..dump.records import Node
+from ..dump.records import NodeRef
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..dump.roles import LAYOUT, Role, assign
 from ..dump.sample import Sample, parse_sample
@@ -50,19 +50,6 @@ class Tolerance:
         """What atol allows each element of a `sum =` line: nothing for the print's rounding (sums are of stored
         values), the given atol otherwise."""
         return 0.0 if self.origin == "print precision" else self.atol
-
-
-@dataclass(frozen=True)
-class NodeRef:
-    name: str
-    line: int
-    op: str
-    type: str
-    ne: tuple[int, int, int, int]
-
-    @classmethod
-    def of(cls, n: Node) -> "NodeRef":
-        return cls(n.name, n.line, n.op, n.type, n.ne)
 
 
 @dataclass(frozen=True)
@@ -207,7 +194,7 @@ def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool
         if ea is None or eb is None:
             one, side = (ea, "old") if eb is None else (eb, "new")
             roles = assign(one)
-            rep.only += [Unmatched(one.index, one.run, side, roles.role(n), NodeRef.of(n)) for n in one.nodes]
+            rep.only += [Unmatched(one.index, one.run, side, roles.role(n), n.ref) for n in one.nodes]
             rep.warnings.append(f"evaluation {one.index} (run {one.run}) is in {side.upper()} only")
             continue
         rep.error = _same_inputs(rep, ea, eb)
@@ -272,13 +259,13 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
         role = ra.role(a)
         b = by_key.get(role.key)
         if b is None or id(b) in matched:
-            rep.only.append(Unmatched(ea.index, ea.run, "old", role, NodeRef.of(a)))
+            rep.only.append(Unmatched(ea.index, ea.run, "old", role, a.ref))
             continue
         matched.add(id(b))
-        nd = NodeDiff(ea.index, ea.run, role, NodeRef.of(a), NodeRef.of(b))
+        nd = NodeDiff(ea.index, ea.run, role, a.ref, b.ref)
         _diff_node(nd, rep, (a, ra, ea, src_a), (b, rb, eb, src_b), T_short)
         rep.nodes.append(nd)
-    rep.only += [Unmatched(eb.index, eb.run, "new", rb.role(n), NodeRef.of(n)) for n in eb.nodes if id(n) not in matched]
+    rep.only += [Unmatched(eb.index, eb.run, "new", rb.role(n), n.ref) for n in eb.nodes if id(n) not in matched]
 
 
 def _diff_node(nd: NodeDiff, rep: DiffReport, side_a: tuple, side_b: tuple, T_short: int | None) -> None:

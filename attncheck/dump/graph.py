@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Iterable, Iterator
 
 from ..errors import DumpError
-from .records import Node, Note, RunStart, scan
+from .records import Node, NodeRef, Note, RunStart, scan
 from .sample import CUT_ADVICE, fits
 
 # ops that pass scores through on their way to SOFT_MAX (kq_scaled, kq_tanh, kq_plus_kq_b, soft-capping)
@@ -85,6 +85,13 @@ class Site:
             n = n.inputs[0]
         return n if n is not None and n.op == "SCALE" else None
 
+    def info(self) -> "SiteInfo":
+        """What the checks keep of the site: its sizes and its nodes' names and lines (no bodies, no graph)."""
+        ref = lambda n: None if n is None else n.ref  # noqa: E731
+        return SiteInfo(self.layer, self.H, self.H_kv, self.T, self.n_kv, self.D_h, self.kv_cached,
+                        self.softmax.ref, ref(self.scores), ref(self.kq), ref(self.kqv), ref(self.v),
+                        ref(self.q_scale_node()))
+
     def steps(self) -> list[Node]:
         """The printed nodes between kq and SOFT_MAX, in graph order (soft-capping, a score bias ADD)."""
         out: list[Node] = []
@@ -93,6 +100,25 @@ class Site:
             out.append(n)
             n = n.inputs[0]
         return out[::-1]
+
+
+@dataclass(frozen=True)
+class SiteInfo:
+    """A Site as the checks keep it: sizes and node references, small and picklable (a worker process sends it)."""
+
+    layer: int
+    H: int
+    H_kv: int
+    T: int
+    n_kv: int
+    D_h: int | None
+    kv_cached: bool
+    softmax: NodeRef
+    scores: NodeRef | None
+    kq: NodeRef | None
+    kqv: NodeRef | None
+    v: NodeRef | None
+    q_scale: NodeRef | None  # the SCALE node q passes through before kq, if printed
 
 
 @dataclass(eq=False)
@@ -104,6 +130,7 @@ class Evaluation:
     index_in_run: int
     n_past: int | None  # tokens of earlier evaluations of the same run (None once a T was unknown)
     tokens: tuple[int, ...] | None  # the run's token ids, when the log printed them
+    runs_before: int = 0  # run starts read before it (0 for a part of a dump that continues a run)
     nodes: list[Node] = field(default_factory=list)
     sites: list[Site] = field(default_factory=list)
     flash: list[Node] = field(default_factory=list)  # FLASH_ATTN_EXT nodes: no scores or weights printed
@@ -197,9 +224,13 @@ def find_sites(nodes: list[Node]) -> tuple[list[Site], list[Node], list[Node]]:
 class Dump:
     """A dump being read: iterate `evaluations()` once; `notes`, `runs` fill in as it is read."""
 
-    def __init__(self, stream: BinaryIO, source: str):
+    def __init__(self, stream: BinaryIO, source: str, first_line: int = 1, final: bool = True):
+        """first_line, final: a part of a dump (dump/parts.py) starts at that line; only the last part ends the
+        dump (a site whose kqv is missing there is a cut, not a damaged graph)."""
         self.source = source
         self._stream = stream
+        self.first_line = first_line
+        self.final = final
         self.notes: list[Note] = []
         self.runs: list[RunStart] = []
         self.cut: Node | None = None  # the node the input ended inside, if any
@@ -207,6 +238,14 @@ class Dump:
         self.bytes_read = 0
         self.newlines = 0  # read so far; at the end, the dump's last line is newlines (+1 without a final newline)
         self._final_newline = True
+
+    @property
+    def stream(self) -> BinaryIO:
+        """The input, unread (verify reads it in parts)."""
+        if self._read:
+            raise RuntimeError("a dump is read once; call read_dump again")
+        self._read = True
+        return self._stream
 
     def _count(self, chunk: bytes) -> None:
         self.bytes_read += len(chunk)
@@ -219,7 +258,7 @@ class Dump:
         if self._read:
             raise RuntimeError("a dump is read once; call read_dump again")
         self._read = True
-        return self._evaluations(scan(self._stream, self.source, self._count))
+        return self._evaluations(scan(self._stream, self.source, self._count, self.first_line))
 
     def _evaluations(self, records: Iterable) -> Iterator[Evaluation]:
         current: Evaluation | None = None
@@ -261,11 +300,13 @@ class Dump:
             if current is None:
                 if run < 0:
                     run = 0
-                current = Evaluation(index, run, in_run, n_past, tokens)
+                current = Evaluation(index, run, in_run, n_past, tokens, runs_before=len(self.runs))
                 first_key = key
             node.inputs = tuple(latest.get(s.name) if s is not None else None for s in node.srcs)  # type: ignore
             latest[node.name] = node
             current.nodes.append(node)
+            if node.cut and not self.final:  # a part ends between nodes: a node that does not end whole is damage
+                node.cut = False
             if node.cut:
                 self.cut = node
             elif not fits(node):  # a check that reads the node names the line; for the others, this is the word
@@ -274,7 +315,7 @@ class Dump:
                                                   "(a line lost, repeated or garbled?)", damage=True))
                 current.damaged.append(node.line)
         if current is not None:
-            yield finish(current, final=True)
+            yield finish(current, final=self.final)
 
 
     def _check_whole(self, ev: Evaluation, final: bool) -> None:
@@ -326,7 +367,7 @@ class Dump:
 
     def _end_line(self) -> int:
         """The dump's last line: every newline ends one, and text after the last newline is one more."""
-        return self.newlines + (0 if self._final_newline else 1)
+        return self.first_line - 1 + self.newlines + (0 if self._final_newline else 1)
 
 
 def read_dump(source: str | BinaryIO = "-", name: str | None = None) -> Dump:

@@ -35,6 +35,16 @@ class Src(NamedTuple):
     ne: tuple[int, int, int, int]
 
 
+class NodeRef(NamedTuple):
+    """What a report needs of a node, without its body: picklable and small."""
+
+    name: str
+    line: int
+    op: str
+    type: str
+    ne: tuple[int, int, int, int]
+
+
 @dataclass(eq=False)
 class Node:
     """One printed graph node. `ne` is GGML order {ne0, ne1, ne2, ne3}; ne0 varies fastest."""
@@ -55,6 +65,10 @@ class Node:
         """The last line this node's text reaches (its header line when nothing follows it)."""
         text = self.body.rstrip()
         return self.body_line + text.count(b"\n") if text else self.line
+
+    @property
+    def ref(self) -> NodeRef:
+        return NodeRef(self.name, self.line, self.op, self.type, self.ne)
 
     @property
     def quantized(self) -> bool:
@@ -127,14 +141,16 @@ def parse_header(rest: str) -> tuple[str, str, str, tuple[Src | None, Src | None
     return m["name"].strip(), m["type"], m["op"], (srcs[0], srcs[1]), ne
 
 
-def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None = None) -> Iterator[Record]:
+def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None = None,
+         first_line: int = 1) -> Iterator[Record]:
     """Yield the records of a dump in order: RunStart per run, Node per header, Note per oddity.
 
-    on_read(chunk) sees each chunk as it is read (for progress, and to count lines to the end).
+    on_read(chunk) sees each chunk as it is read (for progress, and to count lines to the end). first_line: the line a
+    part of a dump starts at (dump/parts.py); the start of the dump itself is line 1.
     """
     carry = b""
-    line = 1  # line number of the first byte of `carry`
-    first = True
+    line = first_line  # line number of the first byte of `carry`
+    first = first_line == 1  # only the dump's own start can be a GGUF file or carry a BOM
     pending: tuple | None = None  # the header waiting for its body: (name, type, op, srcs, ne, line, body_line)
     seen_header = False
     while True:

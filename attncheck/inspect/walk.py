@@ -107,7 +107,7 @@ def walk_site(src: str, ev: Evaluation, site: Site, head: int, query: int | None
               given: AttentionFacts) -> HeadWalk:
     """The walk of one selected site (select()) under the facts pinned on its run."""
     printable = lambda n: n is not None and not n.quantized  # noqa: E731
-    view = next(v for v in run_views if v.site is site)
+    view = next(v for v in run_views if v.site.softmax.line == site.softmax.line)
     pinned, _ = pin(run_views, given)
     facts = site_facts(pinned.facts, view, pinned.extra)
     K = parse_sample(site.k, src) if printable(site.k) else None

@@ -1,0 +1,81 @@
+"""Evaluation → what the dump-only checks need of it: each attention site's printed numbers as a per-head view,
+the printed steps between kq and SOFT_MAX, and the evaluation's layers. Small and picklable, so that a worker
+process can gather evaluations while the parent pins facts and checks (verify.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..dump.graph import Evaluation, Site, SiteInfo
+from ..dump.sample import parse_sample
+from ..errors import DumpError
+from . import steps
+from .heads import SiteView, site_view
+
+
+@dataclass
+class Pending:
+    """A site waiting for its run's facts."""
+
+    evaluation: int
+    run: int
+    site: SiteInfo
+    view: SiteView  # every printed head (facts are pinned on all of them)
+    steps: list[steps.Step]
+
+
+@dataclass
+class EvalData:
+    """One evaluation as the dump-only checks take it in (DumpChecker.absorb)."""
+
+    index: int
+    run: int
+    n_past: int | None
+    T: int | None
+    pending: list[Pending]
+    layers_seen: set[int] = field(default_factory=set)  # layers with a site, checked or filtered out by --layer
+    layer_kinds: dict[int, str] = field(default_factory=dict)
+    other_softmax: tuple[str, ...] = ()  # SOFT_MAX nodes that are not attention, as "name (line N)"
+    flash: int = 0  # FLASH_ATTN_EXT nodes
+    runs_before: int = 0  # run starts read before it in its part (check/pool.py)
+    tokens: tuple[int, ...] | None = None
+
+
+def gather(ev: Evaluation, source: str, layers: frozenset[int] | None = None) -> EvalData:
+    """An evaluation's sites (of --layer's layers) parsed into views, with its layers and other SOFT_MAXes."""
+    pending = []
+    for site in ev.sites:
+        if layers is None or site.layer in layers:
+            pending.append(_pending(ev, site, source))
+    return EvalData(ev.index, ev.run, ev.n_past, ev.T, pending, {s.layer for s in ev.sites}, ev.layer_kinds(),
+                    tuple(f"{n.name} (line {n.line})" for n in ev.other_softmax), len(ev.flash), ev.runs_before,
+                    ev.tokens)
+
+
+def _pending(ev: Evaluation, site: Site, src: str) -> Pending:
+    if ev.n_past is None:
+        raise DumpError(src, site.softmax.line, "cannot place this evaluation: an earlier one had no attention "
+                                                "to count T")
+    P = parse_sample(site.softmax, src)
+    S = parse_sample(site.scores, src) if site.scores is not None and not site.scores.quantized else None
+    O = parse_sample(site.kqv, src) if site.kqv is not None else None
+    V = parse_sample(site.v, src) if site.v is not None and not site.v.quantized else None
+    view = site_view(site, ev.n_past, P, S, O, V, src)
+    return Pending(ev.index, ev.run, site.info(), view, _steps(site, S, src))
+
+
+def _steps(site: Site, S, src: str) -> list[steps.Step]:
+    """The printed steps between kq and SOFT_MAX, and q's pre-scale, with their printed inputs."""
+    out = []
+    sample = lambda n: None if n is None or n.quantized else parse_sample(n, src)  # noqa: E731
+    chain = site.steps()
+    pre = site.q_scale_node()
+    after = [n.op for n in chain[1:]] + ["SOFT_MAX"]
+    todo = [(f"scores.{i}", n, after[i]) for i, n in enumerate(chain)] + ([("q", pre, "MUL_MAT")] if pre else [])
+    for key, n, before in todo:
+        y = S if n is site.scores and S is not None else sample(n)
+        a_node, b_node = n.inputs
+        a = sample(a_node) if a_node is not None and a_node.ne == n.ne else None
+        b = sample(b_node) if b_node is not None and b_node.ne == n.ne and n.op == "ADD" else None
+        P = steps.Printed.of
+        out.append(steps.Step(key, n.ref, P(y), P(a), P(b), before, a_node.op if a_node is not None else None))
+    return out

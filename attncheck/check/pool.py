@@ -1,0 +1,120 @@
+"""A dump's parts (dump/parts.py) gathered in worker processes, or in this one with -j 1, and handed back in dump
+order with their absolute evaluation indices, runs and n_past, so that nothing the checks see depends on -j.
+
+A part read alone numbers its evaluations, runs and n_past from its own start; `Replay` turns those into the
+dump's: an evaluation before any run start of its part continues the run the previous part ended in (n_past carried
+on), unless that part ended in a new run's start-up log.
+"""
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Iterator
+
+from ..dump.graph import Dump
+from ..dump.parts import Part, parts
+from ..dump.records import NodeRef, Note, RunStart
+from ..errors import DumpError
+from .gather import EvalData, gather
+
+
+@dataclass
+class PartResult:
+    """What a worker gives back of one part: its evaluations gathered, the records around them, the first error."""
+
+    evals: list[EvalData]
+    runs: list[RunStart]
+    notes: list[Note]
+    cut: NodeRef | None  # the node the dump ended inside (last part only)
+    error: DumpError | None
+    size: int  # bytes
+
+
+def gather_part(part: Part, source: str, layers: frozenset[int] | None) -> PartResult:
+    """Read one part as a dump of its own and gather each evaluation (runs in a worker process)."""
+    d = Dump(io.BytesIO(part.data), source, part.first_line, part.final)
+    out: list[EvalData] = []
+    error = None
+    try:
+        for ev in d.evaluations():
+            out.append(gather(ev, source, layers))
+            ev.nodes.clear()
+    except DumpError as e:
+        error = e
+    return PartResult(out, d.runs, d.notes, d.cut.ref if d.cut is not None else None, error, len(part.data))
+
+
+def jobs_default() -> int:
+    """Every core this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int) -> Iterator[PartResult]:
+    """The parts' results in dump order: in this process (jobs 1) or a pool of `jobs` workers, a few parts ahead."""
+    if jobs <= 1:
+        for part in parts(stream):
+            yield gather_part(part, source, layers)
+        return
+    ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        ahead: list[Future] = []
+        for part in parts(stream):
+            ahead.append(pool.submit(gather_part, part, source, layers))
+            while len(ahead) > 2 * jobs:
+                yield ahead.pop(0).result()
+        for f in ahead:
+            yield f.result()
+
+
+class Replay:
+    """Turns part-relative evaluations into the dump's, in order (see the module doc)."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.evaluations = 0
+        self.runs: list[RunStart] = []
+        self.run = -1
+        self.implicit = 0  # 1 when the dump's first evaluation came before any run start (a run of its own)
+        self.carry: int | None = 0  # n_past of the next evaluation of the current run
+        self.tokens: tuple[int, ...] | None = None
+        self.new_run = False  # the previous part ended in a run's start-up log
+
+    def take(self, part: PartResult) -> list[EvalData]:
+        base = len(self.runs)
+        start = 0 if self.new_run else self.carry  # n_past where the part's leading evaluations count from
+        for ev in part.evals:
+            if ev.runs_before == 0:  # before any run start in this part: the part's leading evaluations
+                if self.new_run:  # the run whose start-up log ended the previous part
+                    run, tokens = self.implicit + len(self.runs) - 1, self.runs[-1].tokens
+                else:  # the run the previous part ended in
+                    if self.run < 0:
+                        self.run, self.implicit = 0, 1
+                    run, tokens = self.run, self.tokens
+                n_past = None if ev.n_past is None or start is None else start + ev.n_past
+            else:  # after a run start in this part: numbered as read
+                run, tokens, n_past = self.implicit + base + ev.runs_before - 1, ev.tokens, ev.n_past
+            self._rebase(ev, run, n_past, tokens)
+            self.run, self.tokens = run, tokens
+            self.carry = None if n_past is None or ev.T is None else n_past + ev.T
+        self.new_run = False
+        last = part.evals[-1].runs_before if part.evals else 0
+        self.runs += part.runs
+        if len(part.runs) > last:  # a run starts after the part's last evaluation
+            self.new_run, self.carry = True, 0
+        return part.evals
+
+    def _rebase(self, ev: EvalData, run: int, n_past: int | None, tokens) -> None:
+        if n_past is None and ev.pending:
+            raise DumpError(self.source, ev.pending[0].site.softmax.line,
+                            "cannot place this evaluation: an earlier one had no attention to count T")
+        ev.index, ev.run, ev.n_past, ev.tokens = self.evaluations, run, n_past, tokens
+        self.evaluations += 1
+        for p in ev.pending:
+            p.evaluation, p.run = ev.index, run
+            p.view = replace(p.view, geometry=replace(p.view.geometry, n_past=n_past))

@@ -1,0 +1,72 @@
+"""Reading a dump in parts, in one process or several, gives the same report as reading it whole: the parts are cut
+at evaluation starts (dump/parts.py) and their evaluations taken in dump order with the dump's own indices, runs
+and n_past (check/pool.py)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import attncheck
+from attncheck.dump import parts as parts_module
+from conftest import FIXTURES, attncheck as run
+from dumpedit import DumpEdit
+
+DUMPS = sorted(p.name for p in FIXTURES.glob("*.txt")) + sorted(f"arch/{p.name}" for p in (FIXTURES / "arch").glob("*.txt"))
+
+
+def report(path, monkeypatch=None, part=None, jobs=1) -> dict:
+    if part is not None:
+        monkeypatch.setattr(parts_module, "PART", part)
+    doc = attncheck.verify(str(path), attncheck.Options(jobs=jobs)).to_dict()
+    doc.pop("source")
+    return doc
+
+
+@pytest.mark.parametrize("name", DUMPS)
+def test_json_does_not_depend_on_jobs(name):
+    one = run("check", FIXTURES / name, "-j", "1", "--json", "-")
+    two = run("check", FIXTURES / name, "-j", "2", "--json", "-")
+    assert one.code == two.code and one.out == two.out and one.err == two.err
+
+
+@pytest.mark.parametrize("name", ["gpt2-ubatch2.txt", "llama-gqa-long.txt", "old-llama-gqa-how-are-you.txt",
+                                  "arch/gemma2-ubatch2.txt", "arch/gpt-oss-long.txt"])
+def test_many_small_parts_give_the_report_of_one(name, monkeypatch):
+    whole = report(FIXTURES / name)
+    cut = report(FIXTURES / name, monkeypatch, part=2000, jobs=2)  # a part per evaluation, or nearly
+    assert cut == whole
+
+
+def test_concatenated_runs_cut_anywhere(tmp_path, monkeypatch):
+    """Three llama.cpp runs one after another (`cat a b c`): every cut keeps each evaluation in its run, n_past
+    starting again with each run, the token ids of each run."""
+    path = tmp_path / "three.txt"
+    path.write_bytes(b"".join((FIXTURES / n).read_bytes() for n in ("gpt2-ubatch2.txt", "gpt2-long.txt",
+                                                                    "gpt2-ubatch2.txt")))
+    whole = report(path)
+    assert whole["runs"] == 3 and [s["n_past"] for s in whole["sites"]][:6] == [0, 0, 2, 2, 4, 4]
+    for part in (500, 3000, 60000, 120000):
+        assert report(path, monkeypatch, part=part, jobs=2) == whole, part
+
+
+def test_an_error_names_the_same_line(tmp_path, monkeypatch):
+    """A garbled number in the third evaluation's weights (a node a check reads) of a dump cut into parts: the same
+    one-line error, naming the same line, as read whole."""
+    e = DumpEdit(FIXTURES / "gpt2-ubatch2.txt", tmp_path / "damaged.txt")
+    e.set("kq_soft_max-0", (0, 0, 0), "0.0x00", occurrence=2)
+    path = e.save()
+    monkeypatch.setattr(parts_module, "PART", 3000)
+    with pytest.raises(attncheck.DumpError) as cut:
+        attncheck.verify(str(path), attncheck.Options(jobs=2))
+    monkeypatch.setattr(parts_module, "PART", 1 << 30)
+    with pytest.raises(attncheck.DumpError) as whole:
+        attncheck.verify(str(path), attncheck.Options(jobs=1))
+    assert str(cut.value) == str(whole.value)
+    assert cut.value.line == e.line_of("kq_soft_max-0", (0, 0, 0), occurrence=2)
+
+
+def test_stdin_is_read_in_parts_too():
+    data = (FIXTURES / "gpt2-ubatch2.txt").read_bytes()
+    r = run("check", "-", "-j", "2", "--json", "-", stdin=data)
+    assert r.code == 0 and json.loads(r.out)["totals"]["sites"] == 6

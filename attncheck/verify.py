@@ -120,7 +120,7 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     opts = _options(options, kw)
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
-    report = Report(source=dump.source, kq_scale=opts.kq_scale, tolerance=opts.tolerance)
+    report = Report(source=dump.source, kq_scale=opts.kq_scale, tolerance=opts.tolerance, heads=opts.heads)
     header = read_header(opts.model) if opts.model is not None else None
     shape = require_shape(header.meta, header.path) if header is not None else None
     checker = DumpChecker(dump.source, given_facts(opts, header), opts.layers, opts.heads, opts.tolerance)

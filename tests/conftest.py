@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,10 +35,12 @@ class Run:
         return json.loads(self.out)
 
 
-def attncheck(*args: str, stdin: bytes | None = None) -> Run:
-    """Run the real command line in a subprocess, as a user or CI would."""
+def attncheck(*args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> Run:
+    """Run the real command line in a subprocess, as a user or CI would (a pipe: tables 120 columns wide unless
+    env gives COLUMNS)."""
+    environ = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     proc = subprocess.run([sys.executable, "-m", "attncheck", *map(str, args)], input=stdin,
-                          capture_output=True, timeout=120)
+                          capture_output=True, timeout=120, env={**environ, **(env or {})})
     return Run(subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()))
 
 

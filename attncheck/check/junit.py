@@ -44,20 +44,21 @@ def _site_failures(s: SiteReport) -> list[str]:
     out = []
     for r in s.results:
         for f in r.failures if not r.passed else ():
-            out.append(f"{r.check}: {r.node} (line {r.line}) {describe(f.at)}: dumped {f.got:.6g}, recomputed "
+            out.append(f"{r.check}: {r.node} (line {f.line or r.line}) {describe(f.at)}: dumped {f.got:.6g}, recomputed "
                        f"{f.want:.6g}, |err| {abs(f.got - f.want):.1e} > bound {f.bound:.1e}")
     return out
 
 
-def check_xml(reports: list[Report], inputs: list[tuple[str, int]]) -> ET.ElementTree:
-    """inputs: every dump given, with its exit code; those without a report (exit 2) become <error> testcases."""
+def check_xml(reports: list[Report], inputs: list[tuple[str, int, str | None]]) -> ET.ElementTree:
+    """inputs: every dump checked, with its exit code and, for unusable input (exit 2), attncheck's error line,
+    which becomes the <error> testcase's message. A site of which nothing could be checked (a --head that was
+    not printed) is <skipped>, with the reason."""
     root = ET.Element("testsuites", name="attncheck check")
     done = iter(reports)
-    for path, code in inputs:
-        if code == EXIT_INPUT:
+    for path, code, error in inputs:
+        if code == EXIT_INPUT and error is not None:
             suite = add_suite(root, f"attncheck check {path}")
-            add_case(suite, "attncheck.check", "read dump", "error", f"{path}: unusable input (attncheck's error "
-                  "output names the file and line)")
+            add_case(suite, "attncheck.check", "read dump", "error", error, error)
             continue
         report = next(done)
         suite = add_suite(root, f"attncheck check {report.source}")
@@ -69,9 +70,19 @@ def check_xml(reports: list[Report], inputs: list[tuple[str, int]]) -> ET.Elemen
             lines = _site_failures(s)
             if lines:
                 add_case(suite, cls, name, "failure", f"eval {s.evaluation} layer {s.layer} {lines[0]}", "\n".join(lines))
+            elif not any(r.checked for r in s.results):
+                add_case(suite, cls, name, "skipped", _nothing_checked(report))
             else:
                 add_case(suite, cls, name)
     return finish_tree(root)
+
+
+def _nothing_checked(report: Report) -> str:
+    missing, printed = report.unprinted_heads()
+    if missing:
+        return (f"nothing checked: head{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} not printed "
+                f"(printed: {', '.join(map(str, printed))})")
+    return "nothing checked: no printed element of this site could be recomputed"
 
 
 def write(tree: ET.ElementTree, path: str) -> None:

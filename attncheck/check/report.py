@@ -28,6 +28,7 @@ class Report:
     other_softmax: list[str] = field(default_factory=list)  # SOFT_MAX nodes that are not attention (MoE routers)
     facts: list[dict] = field(default_factory=list)  # per run: the attention facts used and where each came from
     stopped_early: bool = False
+    heads: frozenset[int] | None = None  # --head: the heads asked for (None: all)
     model: dict | None = None  # --model: model_checks.ModelChecker.summary()
 
     @property
@@ -80,6 +81,27 @@ class Report:
             "model_sums_checked": sum(r.checked for s in self.sites for r in s.results if r.check == "model_sum"),
         }
 
+    def head_range(self) -> str:
+        """The heads the checked layers have: '0..11' (or per count when layers differ)."""
+        counts = sorted({s.H for s in self.sites})
+        return " or ".join(f"0..{h - 1}" for h in counts)
+
+    def absent_heads(self) -> list[int]:
+        """--head values that no checked layer has (a usage error)."""
+        if not self.heads or not self.sites:
+            return []
+        most = max(s.H for s in self.sites)
+        return sorted(h for h in self.heads if h >= most)
+
+    def unprinted_heads(self) -> tuple[list[int], list[int]]:
+        """--head values llama.cpp printed in no checked layer, and the heads it did print (the first and last 3)."""
+        from ..dump.sample import printed_indices
+
+        if not self.heads or not self.sites:
+            return [], []
+        printed = sorted({int(h) for s in self.sites for h in printed_indices(s.H)})
+        return sorted(set(self.heads) - set(printed)), printed
+
     def unverified_reason(self) -> str:
         if self.flash_nodes and not self.sites:
             return (f"{self.flash_nodes} FLASH_ATTN_EXT nodes and no kq/kq_soft_max/kqv: flash attention prints no "
@@ -90,6 +112,11 @@ class Report:
                     f"{', '.join(map(str, sorted(self.layers_seen)))}")
         if not self.sites:
             return "no attention sites (no SOFT_MAX node) in this dump"
+        missing, printed = self.unprinted_heads()
+        if missing and set(missing) == set(self.heads):
+            return (f"head{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} "
+                    f"{'were' if len(missing) > 1 else 'was'} not printed: llama.cpp prints the first and last 3 "
+                    f"heads, here {', '.join(map(str, printed))} of {self.head_range()}")
         return "attention sites were found, but none of their printed elements could be checked"
 
     def to_dict(self) -> dict:
@@ -117,11 +144,31 @@ class Report:
             "evaluations": self.evaluations,
             "flash_attention_nodes": self.flash_nodes,
             "stopped_early": self.stopped_early,
+            "heads": None if self.heads is None else {"asked": sorted(self.heads),
+                                                      "not_printed": self.unprinted_heads()[0]},
             "totals": self.totals(),
             "sites": [_site_dict(s) for s in self.sites],
             "warnings": self.warnings,
             "model": self.model,
         }
+
+
+def multi_dict(reports: list[Report], inputs: list[tuple[str, int, str | None]], left: list[str]) -> dict:
+    """Several dumps: each one's document, the overall verdict and exit code, the unusable inputs with their error
+    line, and the dumps --fail-fast left unchecked."""
+    from .. import __version__
+
+    codes = [code for _, code, _ in inputs]
+    code = next((c for c in (EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED) if c in codes), EXIT_PASS)
+    return {
+        "schema": SCHEMA, "tool": "attncheck", "version": __version__,
+        "verdict": {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_INPUT: "error", EXIT_UNVERIFIED: "unverified"}[code],
+        "exit_code": code,
+        "stopped_early": bool(left) or any(r.stopped_early for r in reports),
+        "not_checked": left,
+        "errors": [{"source": path, "error": error} for path, _, error in inputs if error is not None],
+        "dumps": [r.to_dict() for r in reports],
+    }
 
 
 def _loc(at) -> dict | None:
@@ -144,7 +191,7 @@ def _site_dict(s: SiteReport) -> dict:
                 "worst": _loc(r.worst), "failed": r.failed, "note": r.note or None,
                 "nmse": None if r.nmse is None else json_number(r.nmse), "error_model": r.error_model,
                 "failures": [{"at": _loc(f.at), "got": json_number(f.got), "want": json_number(f.want),
-                              "bound": json_number(f.bound)}
+                              "bound": json_number(f.bound), "line": f.line}
                              for f in r.failures],
             }
             for r in s.results

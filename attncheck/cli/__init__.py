@@ -1,0 +1,71 @@
+"""The command line: a thin layer over attncheck.read_dump / attncheck.verify. Exit codes: 0 pass, 1 fail,
+2 unusable input or usage, 3 nothing could be verified."""
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+
+import click
+
+from ..check.report import EXIT_INPUT
+from .check import check, run
+from .common import fail
+from .listing import list_
+from .others import diff_, inspect_
+
+
+class DefaultGroup(click.Group):
+    """`attncheck [DUMP]` means `attncheck check [DUMP]`; a first word that is neither a command nor a file is a
+    usage error that names the commands (a typo must not be read as a dump)."""
+
+    def parse_args(self, ctx, args):
+        first = args[0] if args else None
+        if first is not None and first not in self.commands and first not in ("--help", "-h", "--version"):
+            if not first.startswith("-") and not os.path.exists(first):
+                near = difflib.get_close_matches(first, list(self.commands), n=1, cutoff=0.6)
+                raise click.UsageError(
+                    f"'{first}' is neither a command nor a file (commands: {', '.join(sorted(self.commands))})"
+                    + (f"; did you mean {near[0]}?" if near else ""), ctx)
+        if not args or first not in self.commands and first not in ("--help", "-h", "--version"):
+            args = ["check", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="attncheck")
+def main() -> None:
+    """Verify llama.cpp attention in llama-eval-callback dumps.
+
+    llama-eval-callback -m model.gguf -p "How are" --flash-attn off 2>&1 | attncheck
+    """
+
+
+for command in (check, list_, run, inspect_, diff_):
+    main.add_command(command)
+
+
+def entry() -> None:
+    """The console script: the click group, with a usage error as one line (exit 2) and an exception no command
+    expected (a bug) turned into one line and exit 2, never a traceback."""
+    try:
+        code = main.main(prog_name="attncheck", standalone_mode=False)
+    except click.UsageError as e:
+        where = f" (attncheck {e.ctx.info_name} --help)" if e.ctx is not None and e.ctx.parent is not None else \
+            " (attncheck --help)"
+        fail(e.format_message().replace("\n", " ") + where)
+        sys.exit(EXIT_INPUT)
+    except click.ClickException as e:
+        fail(e.format_message().replace("\n", " "))
+        sys.exit(e.exit_code)
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
+    except Exception as e:
+        fail(f"internal error ({type(e).__name__}: {e}); please report it with the input")
+        sys.exit(EXIT_INPUT)
+    sys.exit(code or 0)
+
+
+if __name__ == "__main__":
+    entry()

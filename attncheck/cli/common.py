@@ -1,0 +1,150 @@
+"""What every command shares: the console (its width), one-line errors, option types that refuse nonsense, output
+targets checked before any work starts, JSON and HTML writing."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+import click
+from rich.console import Console
+
+from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
+from ..errors import ModelError, printable
+
+PIPE_WIDTH = 120  # a pipe or CI log without COLUMNS: wider than rich's default 80
+
+
+def _width(stream) -> int | None:
+    """A terminal's width (rich reads COLUMNS first, then asks the terminal); a pipe gets COLUMNS when set, else
+    120 rather than rich's 80."""
+    return None if stream.isatty() or os.environ.get("COLUMNS", "").strip().isdigit() else PIPE_WIDTH
+
+
+def console(stderr: bool = False, **kw) -> Console:
+    """Rich console on stdout (stderr: for the table when stdout carries the JSON)."""
+    return Console(stderr=stderr, highlight=False, width=_width(sys.stderr if stderr else sys.stdout), **kw)
+
+
+def fail(message: str) -> None:
+    click.echo(f"attncheck: error: {printable(message)}", err=True)
+
+
+def write_json(doc: dict, target: str | None) -> None:
+    text = json.dumps(doc, indent=2)
+    if target == "-":
+        click.echo(text)
+    elif target:
+        with open(target, "w") as f:
+            f.write(text + "\n")
+
+
+class Number(click.ParamType):
+    """A finite float: ≥ 0 (tolerances) or > 0 (a scale). nan, inf and the rest are usage errors."""
+
+    name = "number"
+
+    def __init__(self, positive: bool = False):
+        self.positive = positive
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            x = value
+        else:
+            try:
+                x = float(value)
+            except (TypeError, ValueError):
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value} is not a finite number", param, ctx)
+        if self.positive and x <= 0:
+            self.fail(f"{value}: must be greater than 0", param, ctx)
+        if x < 0:
+            self.fail(f"{value}: must be 0 or more", param, ctx)
+        return x
+
+
+SCALE = Number(positive=True)
+TOLERANCE = Number()
+INDEX = click.IntRange(min=0)
+
+
+def why_unwritable(path: str) -> str:
+    """'' when a file can be written at path, else why not (in words)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return "is a folder"
+    if not os.path.isdir(folder):
+        return f"the folder {folder} does not exist"
+    if not os.access(folder, os.W_OK):
+        return f"the folder {folder} is not writable"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return "the file is not writable"
+    return ""
+
+
+def output_target(ctx, param, value: str | None) -> str | None:
+    """--json/--junit/--html/--keep FILE: a file that could not be written is a usage error before any work starts
+    (one line, exit 2); '-' (stdout) for --json is always fine."""
+    if value is None or (value == "-" and param.name == "json_out"):
+        return value
+    why = why_unwritable(value)
+    if why:
+        fail(f"{param.opts[0]} {value}: {why}")
+        sys.exit(EXIT_INPUT)
+    return value
+
+
+def html_option(what: str):
+    return click.option("--html", "html_out", metavar="FILE", callback=output_target,
+                        help=f"Write {what} as one self-contained HTML page (open it from disk in a browser).")
+
+
+def json_option(what: str = "the JSON report (schema 1)"):
+    return click.option("--json", "json_out", metavar="FILE|-", callback=output_target,
+                        help=f"Write {what}; '-' for stdout (the table then goes to stderr).")
+
+
+def write_html(target: str, build) -> int:
+    """Build and write the page; EXIT_INPUT with one line when it cannot be written, else EXIT_PASS."""
+    from ..check.html import write_page
+
+    try:
+        write_page(target, build())
+    except OSError as e:
+        fail(f"--html {target}: cannot write it: {e.strerror or e}")
+        return EXIT_INPUT
+    return EXIT_PASS
+
+
+def vocab(model: str | None) -> list[str] | None:
+    """The model's token texts for the page's axes (None without a model or a vocabulary)."""
+    if model is None:
+        return None
+    from ..arch.gguf_header import read_header
+
+    try:
+        tokens = read_header(model).meta.get("tokenizer.ggml.tokens")
+    except ModelError:
+        return None
+    return tokens if isinstance(tokens, list) else None
+
+
+def tokens(text: str | None) -> tuple[int, ...] | None:
+    """--tokens 1,2,3; a malformed list is a usage error: one line, exit 2."""
+    from ..model.runs import parse_tokens
+
+    try:
+        return parse_tokens(text)
+    except ValueError as e:
+        fail(str(e))
+        sys.exit(EXIT_INPUT)
+
+
+def combine(codes: list[int]) -> int:
+    """Several dumps: a failed check outranks unusable input, which outranks nothing verified."""
+    for code in (EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED):
+        if code in codes:
+            return code
+    return EXIT_PASS

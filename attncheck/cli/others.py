@@ -1,0 +1,141 @@
+"""`attncheck inspect` (one head walked by hand) and `attncheck diff` (two dumps node by node)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+from rich.console import Console
+
+from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
+from ..errors import DumpError, ModelError
+from .common import (SCALE, TOLERANCE, console as make_console, fail, html_option, json_option,
+                     output_target, tokens as parse_tokens, vocab, write_html, write_json)
+
+
+@click.command(name="inspect")
+@click.argument("dump")
+@click.option("--layer", type=int, required=True, help="The layer to walk.")
+@click.option("--head", type=int, required=True, help="The query head to walk.")
+@click.option("--query", type=int, help="Query index in the evaluation (default: the last whose visible slots are "
+                                          "all printed).")
+@click.option("--eval", "evaluation", type=int, default=0, show_default=True, help="Evaluation (ubatch) index.")
+@click.option("--kq-scale", type=SCALE, help="The scale SOFT_MAX applied to kq (default 1/sqrt(D_h)).")
+@json_option("the walk as JSON (schema 1)")
+@click.option("--model", metavar="GGUF", help="Also show the query's full rows (every dim and visible slot) from "
+                                              "this model's reference forward pass, and check them.")
+@click.option("--tokens", metavar="IDS", help="The prompt's token ids, e.g. 1,2,3, for logs that do not print them.")
+@html_option("the walk and the head's heatmaps")
+def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, tokens, html_out):
+    """Walk one head by hand: Q/K/V rows, scores, scale, mask, weights, weighted sum, beside the dump."""
+    from ..inspect.model_walk import walk_head
+    from ..inspect.render import render_walk, walk_dict
+    from ..inspect.walk import NothingToInspect
+
+    mw = page = None
+    try:
+        if html_out:
+            from ..inspect.html import head_page
+
+            w, mw, page = head_page(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale,
+                                    model=model, tokens=parse_tokens(tokens), vocab=vocab(model))
+        else:
+            w, mw = walk_head(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale, model=model,
+                              tokens=parse_tokens(tokens))
+    except (DumpError, ModelError) as e:
+        fail(str(e))
+        sys.exit(EXIT_INPUT)
+    except NothingToInspect as e:
+        if model is None or html_out:
+            fail(str(e) + (" (--html shows flash attention with check --html --model)" if html_out and model else ""))
+            sys.exit(EXIT_UNVERIFIED)
+        _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, model, tokens)
+    except Exception as e:  # a bug: still one line, still exit 2
+        fail(f"{dump}: internal error ({type(e).__name__}: {e}); please report it with the dump")
+        sys.exit(EXIT_INPUT)
+    if json_out != "-":
+        console = make_console()
+        if os.environ.get("NO_COLOR"):  # no escapes at all: shades and numbers carry the heatmap
+            console = Console(highlight=False, width=console.width, color_system=None)
+        render_walk(w, console)
+        if mw is not None:
+            from ..inspect.render_model import render_model_walk
+
+            render_model_walk(w, mw, console)
+    if json_out:
+        doc = walk_dict(w)
+        if mw is not None:
+            from ..inspect.render_model import model_walk_dict
+
+            doc["model"] = model_walk_dict(mw)
+        write_json(doc, json_out)
+    if page is not None and write_html(html_out, lambda: page) != EXIT_PASS:
+        sys.exit(EXIT_INPUT)
+    sys.exit(EXIT_PASS if w.passed and (mw is None or mw.passed) else EXIT_FAIL)
+
+
+def _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, model, tokens) -> None:
+    """A flash-attention dump with --model: the head walked from the reference, the flash output checked."""
+    from ..inspect.flash import flash_dict, flash_walk, render_flash
+
+    try:
+        f, mw = flash_walk(dump, layer, head, model, query=query, evaluation=evaluation, kq_scale=kq_scale,
+                           tokens=parse_tokens(tokens))
+    except (DumpError, ModelError) as e:
+        fail(str(e))
+        sys.exit(EXIT_INPUT)
+    except Exception as e:  # a bug: still one line, still exit 2
+        fail(f"{dump}: internal error ({type(e).__name__}: {e}); please report it with the dump")
+        sys.exit(EXIT_INPUT)
+    if json_out != "-":
+        render_flash(f, mw, make_console())
+    if json_out:
+        write_json(flash_dict(f, mw), json_out)
+    sys.exit(EXIT_PASS if mw.passed else EXIT_FAIL)
+
+
+@click.command(name="diff")
+@click.argument("old")
+@click.argument("new")
+@click.option("--prefix", is_flag=True, help="One prompt extends the other: compare only what causality fixes.")
+@json_option("the JSON report (schema 1, kind diff)")
+@click.option("--junit", metavar="FILE", callback=output_target,
+              help="Write JUnit XML: one testcase per evaluation × layer.")
+@click.option("--atol", type=TOLERANCE, help="Absolute tolerance (default 1e-4: two prints of 4 decimals).")
+@click.option("--rtol", type=TOLERANCE, help="Relative tolerance (default 2^-16).")
+@click.option("--nmse", is_flag=True, help="Per-op NMSE thresholds as llama.cpp's test-backend-ops, not atol/rtol.")
+@click.option("-q", "--quiet", is_flag=True, help="Only the divergences and the verdict.")
+@click.option("-v", "--verbose", is_flag=True, help="Every matched node, compared or not, and every unmatched one.")
+@html_option("every compared node along the graph, with the tolerance it needed,")
+def diff_(old, new, prefix, json_out, junit, atol, rtol, nmse, quiet, verbose, html_out):
+    """Compare two dumps of one model and prompt node by node (two llama.cpp builds): where they first diverge."""
+    from ..check.junit import write
+    from ..diff.compare import ATOL, RTOL, DiffReport, Tolerance, diff
+    from ..diff.junit import diff_xml
+    from ..diff.render import diff_dict, render_diff
+
+    if nmse and (atol is not None or rtol is not None):
+        raise click.UsageError("--nmse replaces --atol/--rtol: give one or the other")
+    given = atol is not None or rtol is not None
+    tol = Tolerance(ATOL if atol is None else atol, RTOL if rtol is None else rtol, nmse,
+                    "--atol/--rtol" if given else "print precision")
+    try:
+        rep = diff(old, new, prefix=prefix, tolerance=tol)
+    except Exception as e:  # unusable input (DumpError names file and line) or a bug: one line, exit 2
+        what = str(e) if isinstance(e, DumpError) else f"internal error ({type(e).__name__}: {e}); please report it"
+        rep = DiffReport(old, new, prefix, tol, error=what)
+    for w in rep.warnings:
+        click.echo(f"attncheck: warning: {w}", err=True)
+    if rep.error:
+        fail(f"{old} vs {new}: {rep.error}")
+    render_diff(rep, make_console(stderr=json_out == "-"), quiet=quiet, verbose=verbose)
+    if json_out:
+        write_json(diff_dict(rep), json_out)
+    if junit:
+        write(diff_xml(rep), junit)
+    if html_out:
+        from ..diff.html import diff_page
+
+        if write_html(html_out, lambda: diff_page(rep)) != EXIT_PASS:
+            sys.exit(EXIT_INPUT)
+    sys.exit(rep.exit_code)

@@ -56,6 +56,7 @@ class Failure(NamedTuple):
     got: float
     want: float
     bound: float
+    line: int | None = None  # the line of the printed row that holds the value (None: the node's header line)
 
 
 @dataclass
@@ -115,7 +116,9 @@ def compare(check: str, node, got, want, bound, where, unchecked=0, why="", note
     worst = int(np.argmax(ratio))
     res.max_error, res.bound, res.ratio = float(err[worst]), float(bound[worst]), float(ratio[worst])
     res.worst, res.failed = where(worst), len(bad)
-    res.failures = [Failure(where(int(i)), float(got[i]), float(want[i]), float(bound[i])) for i in bad[:MAX_FAILURES]]
+    line_of = getattr(where, "line_of", None)  # a locator may also know each element's printed line
+    res.failures = [Failure(where(int(i)), float(got[i]), float(want[i]), float(bound[i]),
+                            line_of(int(i)) if line_of is not None else None) for i in bad[:MAX_FAILURES]]
     heads = getattr(where, "heads", None)
     if heads is not None and len(heads) == len(got):
         res.by_head = _by_head(heads, ratio, bad)

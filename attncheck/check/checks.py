@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import precision
+from ..dump.sample import row_line
 from ..results import MAX_FAILURES, CheckResult, Failure, FixedTolerance, HeadFigures, Location, compare
 from . import bounds
 from .heads import SiteView, Stack
@@ -102,7 +103,9 @@ def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: Fi
             res.worst, res.failed = where(w), int(failed[i])
             if failed[i]:
                 mine = bad_idx[el.s[bad_idx] == i][:MAX_FAILURES]
-                res.failures = [Failure(where(int(k)), float(el.got[k]), float(el.want[k]), float(bound[k]))
+                # kq, kq_soft_max and kqv print one row per (head, query): the failing value's own line
+                res.failures = [Failure(where(int(k)), float(el.got[k]), float(el.want[k]), float(bound[k]),
+                                        row_line(node, 0, int(st.heads[el.h[k]]), int(st.queries[el.t[k]])))
                                 for k in mine]
             res.by_head = {int(st.heads[k]): HeadFigures(int(h_n[i, k]), int(h_bad[i, k]), float(h_worst[i, k]))
                            for k in range(n_h) if h_n[i, k]}

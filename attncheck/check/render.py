@@ -1,11 +1,12 @@
 """Report → text for people: a rich table per dump, failures by head, a one-line verdict."""
 from __future__ import annotations
 
-from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from ..results import describe
+from ..results import SiteReport, describe
+from .columns import NEVER, Col, dropped, fit
 from .report import EXIT_FAIL, EXIT_PASS, Report
 
 CHECK_TITLES = {
@@ -31,63 +32,141 @@ CHECK_TITLES = {
 }
 
 
-def _status(ok: bool) -> str:
+def _status(ok: bool, checked: int = 1) -> str:
+    if not checked:
+        return "[yellow]none[/]"  # nothing of it could be checked (e.g. --head of a head that was not printed)
     return "[green]PASS[/]" if ok else "[bold red]FAIL[/]"
 
 
-def site_table(report: Report, verbose: bool = False) -> Table:
-    """One row per evaluation × layer: what was checked, the worst error against its bound, and the status."""
-    t = Table(title=f"attention in {report.source}", title_justify="left", header_style="bold",
-              box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("eval", "queries", "layer", "P rows", "ratios", "masked", "kqv", "worst err", "bound", "need", ""):
-        t.add_column(col, justify="left" if col in ("", "queries") else "right", no_wrap=col != "")
+COLUMNS = (Col("eval", keep=8), Col("queries", "left", keep=2), Col("layer", keep=NEVER), Col("P rows", keep=4),
+           Col("ratios", keep=3), Col("masked", keep=3), Col("kqv", keep=5), Col("worst err", keep=6),
+           Col("bound", keep=6), Col("need", keep=7), Col("", "left", keep=NEVER))
+
+
+def _span(values: list[int]) -> str:
+    lo, hi = min(values), max(values)
+    return str(lo) if lo == hi else f"{lo}..{hi}"
+
+
+def _cells(sites: list[SiteReport], evaluation: str) -> list[str]:
+    """One row for some sites of one layer: counts summed, the worst element over all of them, one status."""
+    results = [r for s in sites for r in s.results]
+    worst = max(results, key=lambda r: r.ratio) if results else None
+    pv = [r for r in results if r.check == "pv"]
+    checked = sum(r.checked for r in results)
+    kqv = f"{sum(r.checked for r in pv)}/{sum(r.checked + r.unchecked for r in pv)}" if pv else "-"
+    return [evaluation, _span([q for s in sites for q in (s.n_past, s.n_past + s.T - 1)]), str(sites[0].layer),
+            f"{sum(s.rows_whole for s in sites)}/{sum(s.rows_printed for s in sites)}",
+            str(sum(s.checked("softmax_ratio") for s in sites)), str(sum(s.checked("masked") for s in sites)), kqv,
+            f"{worst.max_error:.1e}" if worst else "-", f"{worst.bound:.1e}" if worst else "-",
+            f"{worst.ratio:.2f}" if worst else "-", _status(all(s.passed for s in sites), checked)]
+
+
+def per_layer(report: Report, verbose: bool = False) -> bool:
+    """Whether the table has one row per layer (some layer was checked in several evaluations, and not -v)."""
+    layers = [s.layer for s in report.sites]
+    return not verbose and len(layers) > len(set(layers))
+
+
+def site_rows(report: Report, verbose: bool = False) -> list[list[str]]:
+    """One row per evaluation × layer; or, when per_layer(), one per layer (worst over its evaluations, counts
+    summed) with a row below it for each failing evaluation × layer."""
+    if not per_layer(report, verbose):
+        return [_cells([s], str(s.evaluation)) for s in report.sites]
+    by_layer: dict[int, list[SiteReport]] = {}
     for s in report.sites:
-        worst = max(s.results, key=lambda r: r.ratio)
-        pv = s.result("pv")
-        t.add_row(
-            str(s.evaluation), f"{s.n_past}..{s.n_past + s.T - 1}", str(s.layer),
-            f"{s.rows_whole}/{s.rows_printed}", str(s.checked("softmax_ratio")), str(s.checked("masked")),
-            f"{pv.checked}/{pv.checked + pv.unchecked}" if pv else "-",
-            f"{worst.max_error:.1e}", f"{worst.bound:.1e}", f"{worst.ratio:.2f}", _status(s.passed),
-        )
-        if verbose or not s.passed:
-            for r in s.results:
-                if verbose or not r.passed:
-                    where = "" if r.worst is None or not r.max_error else " at " + describe(r.worst)
-                    t.add_row("", f"[dim]{r.check}[/]", "", "", "", "", str(r.checked),
-                              f"{r.max_error:.1e}", f"{r.bound:.1e}", f"{r.ratio:.2f}",
-                              f"{_status(r.passed)} {_title(r.check)}{where}")
-    return t
+        by_layer.setdefault(s.layer, []).append(s)
+    rows = []
+    for layer, sites in sorted(by_layer.items()):
+        evs = sorted({s.evaluation for s in sites})
+        rows.append(_cells(sites, _span(evs) if evs == list(range(evs[0], evs[-1] + 1)) else f"{len(evs)} evals"))
+        rows += [_cells([s], f"[red]{s.evaluation}[/]") for s in sites if not s.passed]
+    return rows
+
+
+def site_table(report: Report, verbose: bool = False, width: int | None = None) -> Table:
+    """The sites as a table that fits `width`: the layer and its status always, other columns as room allows."""
+    return fit(COLUMNS, site_rows(report, verbose), width, title=f"attention in {report.source}",
+               title_justify="left")
+
+
+def table_note(report: Report, table: Table, verbose: bool = False) -> str:
+    """What the table's rows are, and the columns it had no room for."""
+    notes = []
+    if per_layer(report, verbose):
+        n = len({s.evaluation for s in report.sites})
+        notes.append(f"one row per layer over its evaluations ({n}): counts summed, the worst element of any; a failing "
+                     "evaluation × layer has a row of its own below its layer; -v: a row per evaluation × layer")
+    gone = dropped(table, COLUMNS)
+    if gone:
+        notes.append(f"columns left out for the terminal's width: {', '.join(gone)} (--json has every figure)")
+    return "; ".join(notes)
+
+
+def check_lines(report: Report) -> list[str]:
+    """Every check of every site (-v): one line each, its node named."""
+    out = []
+    for s in report.sites:
+        for r in s.results:
+            where = "" if r.worst is None or not r.max_error else f" at {describe(r.worst)}"
+            status = "PASS" if r.passed else "FAIL"
+            if not r.checked:
+                status = "none"
+            why = f"; {r.unchecked} not checkable: {r.why_unchecked}" if r.unchecked and r.why_unchecked else ""
+            out.append(f"eval {s.evaluation} layer {s.layer}: {status} {r.check} {r.node} (line {r.line}): "
+                       f"{r.checked} checked, worst |err| {r.max_error:.1e}, bound {r.bound:.1e}, need {r.ratio:.2f}"
+                       f"{where} [{_title(r.check)}]{why}")
+    return out
 
 
 def _title(check: str) -> str:
     return CHECK_TITLES.get(check) or (f"{check[6:]} = the model's" if check.startswith("model_") else check)
 
 
-def failure_lines(report: Report, limit: int = 10) -> list[str]:
-    """The first failing elements, each with its logical place: evaluation, layer, head, query, slot or dim."""
-    out: list[str] = []
+def _failure(s: SiteReport, r, f) -> str:
+    if r.check in ("sum", "model_sum"):
+        return (f"eval {s.evaluation} layer {s.layer}: {r.node} (line {r.line}) sum = {f.got:.6f}, "
+                f"expected {f.want:.6f} ± {f.bound:.1e} ({r.note})")
+    if f.at is None:  # a whole-node figure (--model's NMSE)
+        return f"eval {s.evaluation} layer {s.layer}: {r.node} (line {r.line}) {r.note} [{_title(r.check)}]"
+    recomputed = "reference" if r.check.startswith("model_") else "recomputed"
+    line = f.line or r.line
+    return (f"eval {s.evaluation} layer {s.layer} {describe(f.at)}: {r.node} (line {line}) "
+            f"{f.got:.4f}, {recomputed} {f.want:.4f}: |err| {abs(f.got - f.want):.1e} > bound "
+            f"{f.bound:.1e} [{_title(r.check)}]")
+
+
+def failure_lines(report: Report, limit: int | None = 10) -> list[str]:
+    """The failing elements, each with its logical place: evaluation, layer, head, query, slot or dim.
+
+    With a limit, the first failures of every failing site in turn (so each failing site shows), then one line
+    saying how many more there are and in which sites; without (-v), every failing element the report kept."""
+    per_site: list[tuple[str, list[str], int]] = []  # site, its lines, its failing elements (kept or not)
     for s in report.failed_sites:
+        lines, n = [], 0
         for r in s.results:
             if r.passed:
                 continue
-            if r.check in ("sum", "model_sum"):
-                f = r.failures[0]
-                out.append(f"eval {s.evaluation} layer {s.layer}: {r.node} (line {r.line}) sum = {f.got:.6f}, "
-                           f"expected {f.want:.6f} ± {f.bound:.1e} ({r.note})")
-                continue
-            for f in r.failures[: max(1, limit - len(out))]:
-                if f.at is None:  # a whole-node figure (--model's NMSE)
-                    out.append(f"eval {s.evaluation} layer {s.layer}: {r.node} (line {r.line}) {r.note} "
-                               f"[{_title(r.check)}]")
-                    continue
-                recomputed = "reference" if r.check.startswith("model_") else "recomputed"
-                out.append(f"eval {s.evaluation} layer {s.layer} {describe(f.at)}: {r.node} (line {r.line}) "
-                           f"{f.got:.4f}, {recomputed} {f.want:.4f}: |err| {abs(f.got - f.want):.1e} > bound "
-                           f"{f.bound:.1e} [{_title(r.check)}]")
-            if len(out) >= limit:
-                return out
-    return out
+            one = r.check in ("sum", "model_sum") or not r.failures
+            lines += [_failure(s, r, f) for f in (r.failures[:1] if one else r.failures)]
+            n += 1 if one else r.failed
+        per_site.append((f"eval {s.evaluation} layer {s.layer}", lines, n))
+    taken = [len(lines) for _, lines, _ in per_site]
+    if limit is not None:
+        taken = [0] * len(per_site)
+        while sum(taken) < limit and any(t < len(lines) for t, (_, lines, _) in zip(taken, per_site)):
+            for i, (_, lines, _) in enumerate(per_site):
+                if taken[i] < len(lines) and sum(taken) < limit:
+                    taken[i] += 1
+    shown = [line for t, (_, lines, _) in zip(taken, per_site) for line in lines[:t]]
+    rest = [(site, n - t) for t, (site, _, n) in zip(taken, per_site) if n > t]
+    if rest:
+        total = sum(n for _, n in rest)
+        where = ", ".join(f"{site}: {n}" for site, n in rest[:4]) + (f" and {len(rest) - 4} more sites"
+                                                                     if len(rest) > 4 else "")
+        how = ("-v lists every one kept, " if limit is not None else "") + "--json has each check's count and its first 20"
+        shown.append(f"... and {total} more failing element{'s' * (total != 1)} ({where}; {how})")
+    return shown
 
 
 def verdict(report: Report) -> str:
@@ -97,7 +176,7 @@ def verdict(report: Report) -> str:
     evs = f"{report.evaluations} evaluation{'s' * (report.evaluations != 1)}"
     covered = (f"{t['softmax_rows_checked']} softmax rows, {t['softmax_ratio_elements_checked']} weight ratios, "
                f"{t['masked_weights_checked']} masked weights, {t['kqv_elements_checked']} kqv elements checked "
-               f"in {t['sites']} sites ({evs})" + (f"; {t['step_elements_checked']} elements of the steps between kq "
+               f"in {t['sites']} site{'s' * (t['sites'] != 1)} ({evs})" + (f"; {t['step_elements_checked']} elements of the steps between kq "
                                                   "and SOFT_MAX" if t["step_elements_checked"] else ""))
     if t.get("model_nodes_checked"):
         covered += (f"; with the model: {t['model_elements_checked']} printed elements of "
@@ -220,12 +299,19 @@ def model_checked(report: Report) -> bool:
 
 def render(report: Report, console: Console, *, quiet: bool = False, verbose: bool = False) -> None:
     if not quiet and report.sites:
-        console.print(site_table(report, verbose))
-        for line in coverage_lines(report):
-            console.print(f"[dim]{line}[/]", highlight=False)
-    for line in failure_lines(report):
-        console.print(f"[red]{line}[/]", highlight=False, soft_wrap=True)
+        table = site_table(report, verbose, console.width)
+        console.print(table)
+        note = table_note(report, table, verbose)
+        for line in ([note] if note else []) + coverage_lines(report):
+            console.print(f"[dim]{escape(line)}[/]", highlight=False)
+    for line in check_lines(report) if verbose and not quiet else []:
+        console.print(line, style="red" if " FAIL " in line else None, markup=False, highlight=False, soft_wrap=True)
+    for line in failure_lines(report, None if verbose else 10):
+        console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
     if report.hint:
-        console.print(f"[yellow]hint: {report.hint}[/]", highlight=False)
+        console.print(f"hint: {report.hint}", style="yellow", markup=False, highlight=False, soft_wrap=True)
+    if report.stopped_early:
+        console.print("stopped early (--fail-fast): at the first failing site; later sites not checked", style="red",
+                      markup=False, highlight=False)
     style = {EXIT_PASS: "bold green", EXIT_FAIL: "bold red"}.get(report.exit_code, "bold yellow")
-    console.print(f"[{style}]{verdict(report)}[/]", highlight=False, soft_wrap=True)
+    console.print(verdict(report), style=style, markup=False, highlight=False, soft_wrap=True)

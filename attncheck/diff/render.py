@@ -1,11 +1,12 @@
 """DiffReport → text for people (a table per matched node, the divergences, a verdict) and the JSON document."""
 from __future__ import annotations
 
-from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .compare import NMSE_MAX, NMSE_OTHER, DiffReport, NodeDiff
+from ..check.columns import NEVER, Col, fit
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, SCHEMA
 from ..results import json_number
 
@@ -59,31 +60,28 @@ def divergence_line(nd: NodeDiff, nmse: bool) -> str:
     return f"{where(nd)}: {names} {worst} {need}"
 
 
-def node_table(rep: DiffReport, verbose: bool) -> Table:
-    """One row per matched node (compared ones; skipped ones too with --verbose); max rel is in the JSON."""
-    t = Table(title=f"diff {rep.old} → {rep.new}", title_justify="left", header_style="bold",
-              box=box.SIMPLE_HEAD, pad_edge=False)
+def node_table(rep: DiffReport, verbose: bool, width: int | None = None) -> Table:
+    """One row per matched node (compared ones; skipped ones too with --verbose); max rel is in the JSON. The
+    evaluation/layer and the verdict always; the other columns as the width allows."""
     need = "NMSE max" if rep.tolerance.nmse else "need atol"
-    numbers = ("n", "max |Δ|", "NMSE", need)
-    t.add_column("eval/layer", no_wrap=True)
-    t.add_column("role", no_wrap=True)
-    t.add_column("node:line (OLD → NEW)", min_width=30)
-    for col in numbers:
-        t.add_column(col, justify="right", no_wrap=True, min_width=len(col))
-    t.add_column("")
+    cols = (Col("eval/layer", "left", NEVER), Col("role", "left", 6, wrap=True, min_width=16, fold=True),
+            Col("node:line (OLD → NEW)", "left", 4, wrap=True, min_width=16, fold=True), Col("n", keep=3),
+            Col("max |Δ|", keep=7), Col("NMSE", keep=2), Col(need, keep=5), Col("", "left", NEVER, wrap=True))
+    rows = []
     for nd in rep.nodes:
         if nd.skipped and not verbose:
             continue
         at = f"{nd.evaluation}/{nd.role.group.replace('layer ', '')}"
         old, new = f"{nd.old.name}:{nd.old.line}", f"{nd.new.name}:{nd.new.line}"
-        names = old if old == new else f"{old} → {new}"
+        names = escape(old if old == new else f"{old} → {new}")
+        role = escape(nd.role.name)
         if nd.skipped:
-            t.add_row(at, nd.role.name, names, "0", "", "", "", f"[dim]{nd.skipped}[/]")
+            rows.append([at, role, names, "0", "", "", "", f"[dim]{escape(nd.skipped)}[/]"])
             continue
         status = "[bold red]DIFF[/]" if nd.diverged else "[green]same[/]"
-        t.add_row(at, nd.role.name, names, str(nd.compared), f"{nd.max_abs:.1e}", f"{nd.nmse:.1e}",
-                  f"{nd.nmse_max:g}" if nd.nmse_max is not None else f"{nd.needed_atol:.1e}", status)
-    return t
+        rows.append([at, role, names, str(nd.compared), f"{nd.max_abs:.1e}", f"{nd.nmse:.1e}",
+                     f"{nd.nmse_max:g}" if nd.nmse_max is not None else f"{nd.needed_atol:.1e}", status])
+    return fit(cols, rows, width, title=escape(f"diff {rep.old} → {rep.new}"), title_justify="left")
 
 
 def verdict(rep: DiffReport) -> str:
@@ -114,7 +112,7 @@ def render_diff(rep: DiffReport, console: Console, *, quiet: bool = False, verbo
     if rep.exit_code == EXIT_INPUT:
         return
     if not quiet:
-        console.print(node_table(rep, verbose))
+        console.print(node_table(rep, verbose, console.width))
         skipped = rep.totals()["skipped"]
         if skipped and not verbose:
             console.print(f"[dim]{skipped} matched nodes not compared (-v lists them and why)[/]")
@@ -122,14 +120,19 @@ def render_diff(rep: DiffReport, console: Console, *, quiet: bool = False, verbo
         console.print(f"[dim]{line}[/]", highlight=False)
     limit = None if verbose else LIST_LIMIT
     for u in [] if quiet else rep.only[:limit]:
-        console.print(f"[yellow]only in {u.side.upper()}: eval {u.evaluation} {u.role.group} {u.role.name} "
-                      f"'{u.node.name}' (line {u.node.line}, {u.node.op})[/]", highlight=False, soft_wrap=True)
+        console.print(f"only in {u.side.upper()}: eval {u.evaluation} {u.role.group} {u.role.name} "
+                      f"'{u.node.name}' (line {u.node.line}, {u.node.op})", style="yellow", markup=False,
+                      highlight=False, soft_wrap=True)
     if limit is not None and len(rep.only) > limit and not quiet:
         console.print(f"[yellow]... and {len(rep.only) - limit} more nodes in one dump only (-v or --json)[/]")
     for nd in rep.diverged[:limit]:
-        console.print(f"[red]{divergence_line(nd, rep.tolerance.nmse)}[/]", highlight=False, soft_wrap=True)
+        console.print(divergence_line(nd, rep.tolerance.nmse), style="red", markup=False, highlight=False,
+                      soft_wrap=True)
+    if limit is not None and len(rep.diverged) > limit:
+        console.print(f"... and {len(rep.diverged) - limit} more divergent nodes (-v or --json lists them all)",
+                      style="red", markup=False, highlight=False)
     style = {EXIT_PASS: "bold green", EXIT_FAIL: "bold red"}.get(rep.exit_code, "bold yellow")
-    console.print(f"[{style}]{verdict(rep)}[/]", highlight=False, soft_wrap=True)
+    console.print(verdict(rep), style=style, markup=False, highlight=False, soft_wrap=True)
 
 
 

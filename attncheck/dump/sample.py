@@ -85,6 +85,33 @@ def _layout(ne: tuple[int, int, int, int]) -> tuple[bytes, tuple[bytes, ...]]:
     return b"".join(lines), tuple(lines)
 
 
+@lru_cache(maxsize=256)
+def _row_lines(ne: tuple[int, int, int, int]) -> tuple[int, ...]:
+    """Where each printed row (in print order) sits among the lines of a clean print of this ne, from 0."""
+    return tuple(i for i, text in enumerate(_layout(ne)[1]) if len(text) > 2 and text[:1] == b"[")
+
+
+def row_line(node: Node, i3: int, i2: int, i1: int) -> int | None:
+    """The 1-based line of the printed row that holds logical element (i3, i2, i1, ·) of a node, or None when that
+    row was not printed. Log lines interleaved into the body are skipped, as the parser skips them."""
+    n0, n1, n2, n3 = node.ne
+    p1, p2 = printed_indices(n1), printed_indices(n2)
+    at1, at2 = np.flatnonzero(p1 == i1), np.flatnonzero(p2 == i2)
+    if not len(at1) or not len(at2) or not 0 <= i3 < n3:
+        return None
+    k = _row_lines(node.ne)[(i3 * len(p2) + int(at2[0])) * len(p1) + int(at1[0])]
+    body = node.body
+    if not body or body.count(b"\n") == (b"\n" + body).count(b"\n "):  # every line printed: no log lines between
+        return node.body_line + k
+    printed = -1
+    for offset, raw in enumerate(body.split(b"\n")):
+        if raw[:1].isspace() or raw[:1] in (b"[", b"]"):
+            printed += 1
+            if printed == k:
+                return node.body_line + offset
+    return None
+
+
 def _clean(body: bytes) -> bytes:
     """The body without the log lines that stdout/stderr interleaving put between its lines."""
     if body.count(b"\n") == (b"\n" + body).count(b"\n ") and body.endswith(b"\n"):

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import __version__
+from ..check.columns import NEVER, Col, dropped, fit, fits
 from ..check.mask import OUTSIDE_WINDOW, REASONS, VISIBLE
 from .walk import HeadWalk, Rows, span
 
@@ -90,37 +91,57 @@ def header(w: HeadWalk) -> Panel:
     return Panel("\n".join(lines), title="attncheck inspect", title_align="left", box=box.ROUNDED)
 
 
-def _table(*columns: str, left: tuple[str, ...] = ()) -> Table:
-    t = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
-    for col in columns:
-        t.add_column(col, justify="left" if col in left else "right", no_wrap=True)
-    return t
+class _Rows:
+    """Columns and rows, laid out by check/columns.fit for the console's width when printed."""
+
+    def __init__(self, *cols: Col):
+        self.cols, self.rows = list(cols), []
+
+    def add_row(self, *cells) -> None:
+        self.rows.append(cells)
+
+    def table(self, width: int | None) -> Table:
+        return fit(self.cols, self.rows, width)
 
 
-def _titled(title: str, table: Table) -> Group:
-    """A title above a table, not squeezed to the table's width."""
-    return Group(Text(title, style="bold"), table)
+def _col(header: str, left: bool = False, keep: int = 5, wrap: bool = False, min_width: int = 0) -> Col:
+    return Col(header, "left" if left else "right", keep, wrap, min_width)
 
 
-def shape_table(w: HeadWalk) -> Group:
+def _titled(title: str, rows: _Rows, width: int | None, *after) -> Group:
+    """A title above a table (not squeezed to the table's width), and a line naming the columns left out."""
+    table = rows.table(width)
+    gone = dropped(table, rows.cols)
+    note = [Text(f"columns left out for the terminal's width: {', '.join(gone)} (--json has them)", style="dim")]
+    return Group(Text(title, style="bold"), table, *after, *(note if gone else []))
+
+
+def shape_table(w: HeadWalk, width: int | None = None) -> Group:
     """GGML ne of every node beside the logical per-head shape and the GGML axis that holds heads."""
-    t = _table("node", "line", "op", "type", "GGML ne", "head axis", "per head",
-               left=("node", "op", "type", "GGML ne", "head axis", "per head"))
+    t = _Rows(_col("node", True, NEVER, wrap=True, min_width=12), _col("line", keep=3), _col("op", True, keep=4),
+              _col("type", True, keep=2), _col("GGML ne", True, keep=7), _col("head axis", True, 6, wrap=True),
+              _col("per head", True, 8, wrap=True, min_width=16))
     for s in w.shapes:
         kv = " (KV)" if s.role in ("k", "v") else ""
         axis = "?" if s.head_axis is None else f"ne{s.head_axis}{kv}"
         t.add_row(escape(s.name), str(s.line), s.op, s.type, _ne(s.ne), axis,
                   escape(f"{s.logical} = [{s.logical_shape[0]}, {s.logical_shape[1]}]"))
     return _titled("shapes: GGML ne {ne0, ne1, ne2, ne3}, ne0 contiguous; the head axis indexes heads "
-                   "(KV heads for the K and V cache views, which hold V_h transposed)", t)
+                   "(KV heads for the K and V cache views, which hold V_h transposed)", t, width)
 
 
-def rows_table(w: HeadWalk, r: Rows, what: str) -> Group:
+def _keep(i: int, n: int) -> int:
+    """How much a printed column is needed: the first and last most, those next to the elision least."""
+    return max(2, 6 - min(i, n - 1 - i))
+
+
+def rows_table(w: HeadWalk, r: Rows, what: str, width: int | None = None) -> Group:
     """A printed per-head matrix with its elided rows and dims shown as labelled `…`."""
     row_kind = "query" if r.name == "Q_h" else "slot"
     cols = _gaps(r.cols, r.shape[1])
-    t = _table(row_kind, *(f"dims {c[0]}..{c[1]}" if isinstance(c, tuple) else f"d{c}" for c in cols),
-               left=(row_kind,))
+    t = _Rows(_col(row_kind, True, NEVER, wrap=True, min_width=8),
+              *(_col(f"dims {c[0]}..{c[1]}" if isinstance(c, tuple) else f"d{c}", keep=9 if isinstance(c, tuple)
+                     else _keep(i, len(cols)), wrap=isinstance(c, tuple)) for i, c in enumerate(cols)))
     pos = {int(x): i for i, x in enumerate(r.rows)}
     cpos = {int(x): i for i, x in enumerate(r.cols)}
     for item in _gaps(r.rows, r.shape[0]):
@@ -137,16 +158,19 @@ def rows_table(w: HeadWalk, r: Rows, what: str) -> Group:
             state = REASONS[reason].split(" (")[0]
             label = f"{'▶' if reason == VISIBLE else ' '} {item}{_tok(w, w.slot_base + item)} ({state})"
         t.add_row(label, *[ELIDED if isinstance(c, tuple) else _fmt(vals[cpos[c]]) for c in cols])
-    return _titled(f"{r.name} [{r.shape[0]}, {r.shape[1]}] {what}, from '{r.node.name}' (line {r.node.line})", t)
+    return _titled(f"{r.name} [{r.shape[0]}, {r.shape[1]}] {what}, from '{r.node.name}' (line {r.node.line})", t,
+                   width)
 
 
-def scores_table(w: HeadWalk) -> Group:
+def scores_table(w: HeadWalk, width: int | None = None) -> Group:
     """The chosen query over the printed slots: kq, ·kq_scale, mask, softmax recomputed vs dumped, error, bound."""
     r = w.row
     how = (f"recomputed relative to slot {r.reference}: p_j = p_{r.reference}·exp(kq_scale·(s_j − s_{r.reference}))"
            if r.reference is not None else "softmax over the visible slots")
-    t = _table("slot", "kq s_j", "s_j·scale", "mask", "softmax", "kq_soft_max", "|err|", "bound", "",
-               left=("slot", ""))
+    t = _Rows(_col("slot", True, NEVER, wrap=True, min_width=5), _col("kq s_j", keep=4),
+              _col("s_j·scale", keep=2), _col("mask", keep=3), _col("softmax", keep=7),
+              _col("kq_soft_max", keep=8), _col("|err|", keep=5), _col("bound", keep=6),
+              _col("", True, NEVER, wrap=True))
     pos = {int(x): i for i, x in enumerate(r.slots)}
     for item in _gaps(r.slots, w.n_kv):
         if isinstance(item, tuple):
@@ -163,7 +187,7 @@ def scores_table(w: HeadWalk) -> Group:
                   _fmt(r.softmax[i], 6), _fmt(r.kq_soft_max[i]), _err(r.error[i]), _err(r.bound[i]),
                   _ok(r.error[i], r.bound[i]) or ref)
     return _titled(f"query {w.query} (position {w.position}): s_j = kq, x_j = s_j·{w.kq_scale:.6g} + mask_j, "
-                   f"p_j = softmax(x)_j, {how}", t)
+                   f"p_j = softmax(x)_j, {how}", t, width)
 
 
 def _mask_of(w: HeadWalk, a: int, b: int) -> str:
@@ -181,15 +205,16 @@ def mask_line(w: HeadWalk) -> str:
         f"{m.what}, {_mask_word(m.value).replace('-inf', '−inf')}" for m in w.row.mask_ranges)
 
 
-def weighted_table(w: HeadWalk) -> Group | None:
+def weighted_table(w: HeadWalk, width: int | None = None) -> Group | None:
     """O_h[t, d] = Σ_j p_j v_j (dumped p_j, V_h of the KV head) beside the dumped kqv, per printed dim."""
     ws = w.weighted
     if ws is None:
         return None
     show_terms = len(ws.slots) <= 3
     terms_col = "p_j·V_h[j, d] terms"
-    t = _table("dim", *([terms_col] if show_terms else []), "Σ p_j v_j", "kqv", "|err|", "bound", "",
-               left=("dim", terms_col, ""))
+    t = _Rows(_col("dim", True, NEVER), *([_col(terms_col, True, 1, wrap=True, min_width=20)] if show_terms else []),
+              _col("Σ p_j v_j", keep=7), _col("kqv", keep=8), _col("|err|", keep=5), _col("bound", keep=6),
+              _col("", True, NEVER))
     p = w.row.kq_soft_max[w.row.visible]
     vpos = {int(x): i for i, x in enumerate(w.V_h.rows)} if w.V_h is not None else {}
     for i, d in enumerate(ws.dims):
@@ -199,7 +224,7 @@ def weighted_table(w: HeadWalk) -> Group | None:
         t.add_row(f"d{d}", *terms, _fmt(ws.weighted_sum[i], 6), _fmt(ws.kqv[i]), _err(ws.error[i]),
                   _err(ws.bound[i]), _ok(ws.error[i], ws.bound[i]))
     return _titled(f"O_h[{w.query}, d] = Σ_j p_j·V_h[j, d] over the visible slots {span(ws.slots)} "
-                   f"(p_j as dumped in kq_soft_max; V_h of KV head {w.kv_head})", t)
+                   f"(p_j as dumped in kq_soft_max; V_h of KV head {w.kv_head})", t, width)
 
 
 def _paren(v: float) -> str:
@@ -217,37 +242,48 @@ def _heat_style(p: float) -> str:
     return f"rgb({r},{g},{b})"
 
 
-def heatmap(w: HeadWalk) -> Group:
-    """P_h: printed queries × visible slots 0..n_past+T−1; shade + dumped weight, `·` masked, `…` not printed."""
+def heatmap(w: HeadWalk, width: int | None = None) -> Group:
+    """P_h: printed queries × visible slots 0..n_past+T−1; shade + dumped weight, `·` masked, `…` not printed.
+
+    Where the shaded cells do not fit the width, the cells keep their colour and number without the shade
+    characters; where those do not fit either, the slots next to the elision go first."""
     cols = _gaps(w.P_slots, w.n_visible_cols)
-    t = _table("query", left=("query",))
-    for c in cols:
-        t.add_column(_label(c) if isinstance(c, tuple) else f"slot {c}{_tok(w, c)}", justify="center",
-                     no_wrap=True)
     spos = {int(x): i for i, x in enumerate(w.P_slots)}
     qpos = {int(x): i for i, x in enumerate(w.P_queries)}
-    for item in _gaps(w.P_queries, w.T):
-        if isinstance(item, tuple):
-            t.add_row(f"[dim]quer{'ies' if item[1] > item[0] else 'y'} {_label(item)}[/]", *[ELIDED] * len(cols))
-            continue
-        cells: list[Text | str] = []
-        for c in cols:
-            if isinstance(c, tuple):
-                seen = w.visible_all[qpos[item], c[0]:c[1] + 1].any()
-                cells.append(ELIDED if seen else MASKED)
-            elif w.P_reason[qpos[item], spos[c]] != VISIBLE:
-                cells.append(MASKED if w.P_reason[qpos[item], spos[c]] != OUTSIDE_WINDOW else WINDOWED)
-            else:
-                p = float(w.P_h[qpos[item], spos[c]])
-                cells.append(Text(f"{_shade(p) * 2} {_fmt(p)}", style=_heat_style(p)))
-        mark = "▶" if item == w.query else " "
-        t.add_row(f"{mark} {item} (pos {w.n_past + item}{_tok(w, w.n_past + item)})", *cells)
+
+    def layout(shaded: bool) -> _Rows:
+        t = _Rows(_col("query", True, NEVER, wrap=True, min_width=6),
+                  *(_col(_label(c) if isinstance(c, tuple) else f"slot {c}{_tok(w, c)}", keep=9 if isinstance(c, tuple)
+                         else _keep(i, len(cols)), wrap=True) for i, c in enumerate(cols)))
+        for item in _gaps(w.P_queries, w.T):
+            if isinstance(item, tuple):
+                t.add_row(f"[dim]quer{'ies' if item[1] > item[0] else 'y'} {_label(item)}[/]", *[ELIDED] * len(cols))
+                continue
+            cells: list[Text | str] = []
+            for c in cols:
+                if isinstance(c, tuple):
+                    seen = w.visible_all[qpos[item], c[0]:c[1] + 1].any()
+                    cells.append(ELIDED if seen else MASKED)
+                elif w.P_reason[qpos[item], spos[c]] != VISIBLE:
+                    cells.append(MASKED if w.P_reason[qpos[item], spos[c]] != OUTSIDE_WINDOW else WINDOWED)
+                else:
+                    p = float(w.P_h[qpos[item], spos[c]])
+                    cells.append(Text(f"{_shade(p) * 2} {_fmt(p)}" if shaded else _fmt(p), style=_heat_style(p)))
+            mark = "▶" if item == w.query else " "
+            t.add_row(f"{mark} {item} (pos {w.n_past + item}{_tok(w, w.n_past + item)})", *cells)
+        for c in t.cols[1:]:  # centred, as the shades were drawn
+            t.cols[t.cols.index(c)] = c._replace(justify="center")
+        return t
+
+    t = layout(True)
+    if not fits(t.cols, t.rows, width):
+        t = layout(False)
     empty = f"; slots {w.n_visible_cols}..{w.n_kv - 1} are empty (weight 0)" if w.n_visible_cols < w.n_kv else ""
     legend = Text("shade: '  ' <0.2  ░░ <0.4  ▒▒ <0.6  ▓▓ <0.8  ██ ≥0.8;  "
                   f"{MASKED} masked (later slot, −inf);  {WINDOWED} outside the sliding window (−inf);  "
                   f"{ELIDED} visible but not printed", style="dim")
-    return Group(Text(f"P_h = kq_soft_max of head {w.head}: queries × visible slots 0..{w.n_visible_cols - 1}"
-                      f"{empty}", style="bold"), t, legend)
+    return _titled(f"P_h = kq_soft_max of head {w.head}: queries × visible slots 0..{w.n_visible_cols - 1}{empty}",
+                   t, width, legend)
 
 
 def verdict(w: HeadWalk) -> str:
@@ -262,26 +298,27 @@ def verdict(w: HeadWalk) -> str:
 
 def render_walk(w: HeadWalk, console: Console) -> None:
     """Print the whole walk: header, shapes, Q_h/K_h/V_h, the query's row, the weighted sum, the heatmap."""
+    width = console.width
     console.print(header(w))
-    console.print(shape_table(w))
+    console.print(shape_table(w, width))
     if w.Q_h is not None:
-        console.print(rows_table(w, w.Q_h, f"of head {w.head}: ▶ the chosen query"))
+        console.print(rows_table(w, w.Q_h, f"of head {w.head}: ▶ the chosen query", width))
     for r in (w.K_h, w.V_h):
         if r is not None:
-            console.print(rows_table(w, r, f"of KV head {w.kv_head}: ▶ slots visible to query {w.query}"))
+            console.print(rows_table(w, r, f"of KV head {w.kv_head}: ▶ slots visible to query {w.query}", width))
     console.print(f"kq = K_h·q_{w.query} needs all D_h = {w.D_h} dims of q and k; the dump prints "
                   f"{len(w.K_h.cols) if w.K_h is not None else 0}: raw scores are shown as dumped, not recomputed",
                   style="dim")
-    console.print(scores_table(w))
+    console.print(scores_table(w, width))
     console.print(mask_line(w), style="dim")
     if w.row.why_not:
         console.print(f"softmax: {w.row.why_not}", style="yellow")
-    table = weighted_table(w)
+    table = weighted_table(w, width)
     if table is not None:
         console.print(table)
     else:
         console.print(f"weighted sum not recomputed: {w.weighted_why_not}", style="yellow")
-    console.print(heatmap(w))
+    console.print(heatmap(w, width))
     for note in w.notes:
         console.print(f"note: {note}", style="yellow")
     console.print(verdict(w))

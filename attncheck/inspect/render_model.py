@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import numpy as np
-from rich import box
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..check.columns import NEVER, Col, fit
 from ..results import describe, json_number
 from .walk import HeadWalk
 from .model_walk import FullRow, ModelWalk
@@ -16,41 +17,38 @@ def _cell(x: float) -> str:
     return "·" if np.isnan(x) else f"{x:.4f}"
 
 
-def rows_table(w: HeadWalk, mw: ModelWalk, a: FullRow, b: FullRow, axis: str) -> Group:
+def rows_table(w: HeadWalk, mw: ModelWalk, a: FullRow, b: FullRow, axis: str, width: int | None = None) -> Group:
     """Two full rows side by side over every index: the reference, and the dumped value where printed."""
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
-    t.add_column(axis, justify="right")
-    for r in (a, b):
-        t.add_column(f"{r.name} (model)", justify="right")
-        t.add_column(f"{r.name} (dump)", justify="right")
-    for i in range(len(a.index)):
-        t.add_row(str(int(a.index[i])), f"{a.reference[i]:.4f}", _cell(a.dumped[i]), f"{b.reference[i]:.4f}",
-                  _cell(b.dumped[i]))
+    cols = [Col(axis, keep=NEVER)] + [Col(f"{r.name} ({side})", keep=NEVER if side == "model" else 3, wrap=True)
+                                      for r in (a, b) for side in ("model", "dump")]
+    rows = [[str(int(a.index[i])), f"{a.reference[i]:.4f}", _cell(a.dumped[i]), f"{b.reference[i]:.4f}",
+             _cell(b.dumped[i])] for i in range(len(a.index))]
     what = (f"q_{w.query} and kqv_{w.query} of head {w.head}, all D_h = {len(a.index)} dims"
             if axis == "dim" else f"scores and weights of query {w.query} over all {len(a.index)} visible slots")
-    return Group(Text(f"From the model: {what} (· not printed)", style="bold"), t)
+    return Group(Text(f"From the model: {what} (· not printed)", style="bold"), fit(cols, rows, width))
 
 
-def checks_table(mw: ModelWalk) -> Table:
-    t = Table(title=f"--model checks of this head ({mw.model}, {mw.arch})", title_justify="left",
-              box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
-    for col in ("check", "node", "compared", "max err", "bound", "need", "NMSE", "error model", ""):
-        t.add_column(col, justify="left" if col in ("check", "node", "error model", "") else "right")
+def checks_table(mw: ModelWalk, width: int | None = None) -> Table:
+    cols = (Col("check", "left", NEVER, wrap=True), Col("node", "left", 4, wrap=True, min_width=12, fold=True),
+            Col("compared", keep=3), Col("max err", keep=6), Col("bound", keep=6), Col("need", keep=7),
+            Col("NMSE", keep=2), Col("error model", "left", 1, wrap=True), Col("", "left", NEVER, wrap=True))
+    rows = []
     for r in mw.results:
         if not r.checked and r.passed:  # a node that printed nothing of this head
             continue
         where = "" if r.worst is None or r.passed else f" at {describe(r.worst)}"
-        t.add_row(r.check, r.node, str(r.checked), f"{r.max_error:.1e}", f"{r.bound:.1e}", f"{r.ratio:.2f}",
-                  "-" if r.nmse is None else f"{r.nmse:.1e}", r.error_model or "-",
-                  ("[green]PASS[/]" if r.passed else "[bold red]FAIL[/]") + where)
-    return t
+        rows.append([r.check, escape(r.node), str(r.checked), f"{r.max_error:.1e}", f"{r.bound:.1e}",
+                     f"{r.ratio:.2f}", "-" if r.nmse is None else f"{r.nmse:.1e}", r.error_model or "-",
+                     ("[green]PASS[/]" if r.passed else "[bold red]FAIL[/]") + where])
+    return fit(cols, rows, width, title=escape(f"--model checks of this head ({mw.model}, {mw.arch})"),
+               title_justify="left")
 
 
 def render_model_walk(w: HeadWalk, mw: ModelWalk, console: Console) -> None:
     q, kq, p, o = mw.rows
-    console.print(rows_table(w, mw, kq, p, "slot"))
-    console.print(rows_table(w, mw, q, o, "dim"))
-    console.print(checks_table(mw))
+    console.print(rows_table(w, mw, kq, p, "slot", console.width))
+    console.print(rows_table(w, mw, q, o, "dim", console.width))
+    console.print(checks_table(mw, console.width))
     arith = mw.arithmetic.get("f16_src1", "convert")
     console.print(f"reference arithmetic: f16 src0 with {'f16-converted' if arith == 'convert' else 'f32'} src1; "
                   f"K_h and V_h of the {len(mw.K_h)} visible slots are in --json", style="dim")

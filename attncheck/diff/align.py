@@ -36,6 +36,8 @@ class Geometry:
     n_embd_k: int | None  # D_h · H_kv: one K cache row
     n_embd_v: int | None
     v_slot_axis: int  # 0: V view {n_kv, D_h, H_kv} (kqv reads it transposed); 1: {D_h, n_kv, H_kv} (flash attention)
+    k_lengths: tuple[int, int, int] | None = None  # (n_kv, D_h, H_kv) of the K cache view
+    v_lengths: tuple[int, int, int] | None = None  # (n_kv, D_h, H_kv) of the V cache view
 
 
 def geometry(roles: Roles, layer: int | None, T: int | None, n_past: int | None) -> Geometry:
@@ -47,7 +49,38 @@ def geometry(roles: Roles, layer: int | None, T: int | None, n_past: int | None)
     if v is not None:
         n_embd_v = v.ne[1 - v_axis] * v.ne[2]
     n_embd_k = k.ne[0] * k.ne[2] if k is not None else None
-    return Geometry(T, n_past or 0, n_kv, n_embd_k, n_embd_v or n_embd_k, v_axis)
+    k_len = (k.ne[1], k.ne[0], k.ne[2]) if k is not None else None
+    v_len = (v.ne[v_axis], v.ne[1 - v_axis], v.ne[2]) if v is not None else None
+    return Geometry(T, n_past or 0, n_kv, n_embd_k, n_embd_v or n_embd_k, v_axis, k_len, v_len)
+
+
+_KV = ("slot", "dim", "kv_head")
+
+
+def kv_axes(ne: tuple[int, ...], lengths: tuple[int, int, int] | None) -> tuple[str, ...] | None:
+    """The logical axis (slot, dim, kv_head) of each axis of a view of the K or V cache, told apart by length;
+    '' for axes of length 1; None when lengths do not tell them apart (two equal lengths) or do not fit."""
+    if lengths is None:
+        return None
+    named = {n: a for n, a in zip(lengths, _KV) if n > 1}
+    if len(named) != len([n for n in lengths if n > 1]):
+        return None
+    out = tuple(named.get(n) if n > 1 else "" for n in ne)
+    if None in out or len(set(a for a in out if a)) != len(named):
+        return None
+    return out
+
+
+def _kv_permutation(a: Node, b: Node, ga: Geometry, gb: Geometry, base: str) -> tuple[list[int], tuple] | str:
+    """Two views of the same cache in different orders (the V cache transposed or not, flash attention or not):
+    for each axis of OLD, the axis of NEW that holds the same logical index; or why they cannot be lined up."""
+    la, lb = (ga.k_lengths, gb.k_lengths) if base == "k_view" else (ga.v_lengths, gb.v_lengths)
+    xa, xb = kv_axes(a.ne, la), kv_axes(b.ne, lb)
+    if xa is None or xb is None:
+        return (f"layouts differ: ne {_ne(a.ne)} vs {_ne(b.ne)} hold the cache in different orders, and the lengths "
+                "of slot, dim and KV head do not tell its axes apart: not comparable")
+    ones = [j for j in range(4) if not xb[j]]
+    return [xb.index(x) if x else ones.pop(0) for x in xa], xa
 
 
 @dataclass(frozen=True)
@@ -141,7 +174,13 @@ def align(sa: Sample, sb: Sample, role: Role, ga: Geometry, gb: Geometry) -> Ali
         sk_a, sk_b = _store_keys(ka, a, ga, width(ga)), _store_keys(kb, b, gb, width(gb))
         if sk_a is not None and sk_b is not None:
             ka, kb, how, axes = sk_a, sk_b, "store", ("elem", "slot", "", "")
-    if how == "index" and a.ne != b.ne and not _layout_matches(a, b, ga, gb):
+    base = role.name.split(".")[0]
+    if how == "index" and a.ne != b.ne and base in ("k_view", "v_view") and sorted(a.ne) == sorted(b.ne):
+        perm = _kv_permutation(a, b, ga, gb, base)
+        if isinstance(perm, str):
+            return perm
+        kb, axes = kb[:, perm[0]], perm[1]
+    elif how == "index" and a.ne != b.ne and not _layout_matches(a, b, ga, gb):
         if np.prod(a.ne) != np.prod(b.ne):
             return f"layouts differ: ne {_ne(a.ne)} vs {_ne(b.ne)}"
         ka, kb, how, axes = _flat(ka, a.ne), _flat(kb, b.ne), "flat", ("flat", "", "", "")

@@ -1,0 +1,43 @@
+"""`inspect --model` on a flash-attention dump: the head walked from the model's reference, the printed flash
+output checked against it (without --model: exit 3 with the advice, as before)."""
+from __future__ import annotations
+
+from conftest import FIXTURES, attncheck as run
+from dumpedit import DumpEdit
+
+FLASH = FIXTURES / "gpt2-flash-attn.txt"
+MODEL = FIXTURES / "models" / "gpt2-mini-q8_0.gguf"
+ARGS = ("--layer", "0", "--head", "0")
+
+
+def test_flash_attention_with_the_model_is_walked_from_the_reference():
+    r = run("inspect", FLASH, *ARGS, "--model", MODEL)
+    assert r.code == 0, r.err
+    assert "flash attention: node_21 (line 467) prints only its output" in r.out
+    assert "15.5781" in r.out and "0.9710" in r.out  # the reference's score and weight of slot 0
+    doc = run("inspect", FLASH, *ARGS, "--model", MODEL, "--json", "-").json()
+    assert (doc["layer"], doc["head"], doc["query"], doc["passed"]) == (0, 0, {"index": 1, "position": 1}, True)
+    edit = DumpEdit(FLASH, FLASH)  # read only: the printed flash output of (query 1, head 0)
+    kqv = doc["model"]["rows"]["kqv"]
+    printed = {d: edit.get("node_21", (1, 0, d)) for d in (0, 1, 2, 61, 62, 63)}
+    assert {d: kqv["dumped"][d] for d in printed} == printed
+    assert kqv["printed"] == 6 and all(v is None for d, v in enumerate(kqv["dumped"]) if d not in printed)
+    p = doc["model"]["rows"]["kq_soft_max"]["reference"]
+    assert len(p) == 2 and abs(sum(p) - 1) < 1e-6
+    flash = [c for c in doc["model"]["checks"] if c["check"] == "model_flash_attn"]
+    assert flash and all(c["passed"] and c["checked"] == 12 for c in flash)
+
+
+def test_a_wrong_flash_output_fails_the_walk(tmp_path):
+    edit = DumpEdit(FLASH, tmp_path / "bad.txt")
+    edit.add("node_21", (1, 0, 1), 0.05)  # query 1, head 0, dim 1
+    r = run("inspect", edit.save(), *ARGS, "--model", MODEL)
+    assert r.code == 1
+    assert any("model_flash_attn" in line and "FAIL" in line for line in r.out.splitlines())
+
+
+def test_without_the_model_flash_attention_still_says_what_to_do():
+    r = run("inspect", FLASH, *ARGS)
+    assert r.code == 3 and "--model GGUF" in r.err and r.out == ""
+    bad = run("inspect", FLASH, "--layer", "0", "--head", "12", "--model", MODEL)
+    assert bad.code == 2 and bad.err.strip().endswith("head 12 does not exist: heads 0..11")

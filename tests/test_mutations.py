@@ -222,7 +222,9 @@ def test_one_changed_element_fails_at_its_place(case, tmp_path):
 
     lines = [line for line in lines if " sum = " not in line]
     assert lines and all(line.startswith(f"eval {ev} layer {layer} head {head}, query {query}, ") for line in lines), lines
-    assert any(line.startswith(f"eval {ev} layer {layer} {where(head, query, last, x)}: {node.name} (line {node.line}) ")
+    value_line = edit.line_of(node.name, (head, query, x), ev)  # the failure names the line of the value's own row
+    assert hit[0]["line"] == value_line
+    assert any(line.startswith(f"eval {ev} layer {layer} {where(head, query, last, x)}: {node.name} (line {value_line}) ")
                for line in lines), lines
 
 

@@ -7,7 +7,7 @@ import click
 
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, Report, multi_dict
 from ..errors import DumpError, ModelError
-from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, json_option,
+from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, json_option, junit_option,
                      output_target, tokens as parse_tokens, vocab, write_html, write_json)
 
 
@@ -17,8 +17,7 @@ from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, 
 @click.option("--layer", "layers", type=INDEX, multiple=True, help="Check only this layer (repeatable).")
 @click.option("--head", "heads", type=INDEX, multiple=True, help="Check only this head (repeatable).")
 @json_option()
-@click.option("--junit", metavar="FILE", callback=output_target,
-              help="Write JUnit XML: one testcase per evaluation × layer.")
+@junit_option()
 @click.option("--atol", type=TOLERANCE, help="Absolute tolerance in place of the derived per-element bounds.")
 @click.option("--rtol", type=TOLERANCE, help="Relative tolerance in place of the derived per-element bounds.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Processes reading the dump (default: every core); "

@@ -106,6 +106,11 @@ def json_option(what: str = "the JSON report (schema 1)"):
                         help=f"Write {what}; '-' for stdout (the table then goes to stderr).")
 
 
+def junit_option():
+    return click.option("--junit", metavar="FILE", callback=output_target,
+                        help="Write JUnit XML: one testcase per evaluation × layer.")
+
+
 def write_html(target: str, build) -> int:
     """Build and write the page; EXIT_INPUT with one line when it cannot be written, else EXIT_PASS."""
     from ..check.html import write_page

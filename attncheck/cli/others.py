@@ -9,8 +9,8 @@ from rich.console import Console
 
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..errors import DumpError, ModelError
-from .common import (SCALE, TOLERANCE, console as make_console, fail, html_option, json_option,
-                     output_target, tokens as parse_tokens, vocab, write_html, write_json)
+from .common import (SCALE, TOLERANCE, console as make_console, fail, html_option, json_option, junit_option,
+                     tokens as parse_tokens, vocab, write_html, write_json)
 
 
 @click.command(name="inspect")
@@ -99,8 +99,7 @@ def _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, mod
 @click.argument("new")
 @click.option("--prefix", is_flag=True, help="One prompt extends the other: compare only what causality fixes.")
 @json_option("the JSON report (schema 1, kind diff)")
-@click.option("--junit", metavar="FILE", callback=output_target,
-              help="Write JUnit XML: one testcase per evaluation × layer.")
+@junit_option()
 @click.option("--atol", type=TOLERANCE, help="Absolute tolerance (default 1e-4: two prints of 4 decimals).")
 @click.option("--rtol", type=TOLERANCE, help="Relative tolerance (default 2^-16).")
 @click.option("--nmse", is_flag=True, help="Per-op NMSE thresholds as llama.cpp's test-backend-ops, not atol/rtol.")

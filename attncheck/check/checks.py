@@ -13,7 +13,6 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import precision
-from ..dump.sample import row_line
 from ..results import MAX_FAILURES, CheckResult, Failure, FixedTolerance, HeadFigures, Location, compare
 from . import bounds
 from .heads import SiteView, Stack
@@ -60,9 +59,10 @@ def failing_rows(el: Elements, shape: tuple[int, int, int], tol: FixedTolerance 
 
 
 def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: FixedTolerance | None = None,
-            note: str = "") -> list[CheckResult]:
+            note: str = "", rows: str = "P_rows") -> list[CheckResult]:
     """One CheckResult per site of the stack: what compare() gives for each site's elements, computed for all sites
-    at once. `nodes[i]` is the node site i's check names; `last` names the x axis (slot or dim)."""
+    at once. `nodes[i]` is the node site i's check names; `last` names the x axis (slot or dim); `rows` the view's
+    table of its printed rows' lines (P_rows, O_rows), where each failing value is."""
     n_sites = len(st.views)
     bound = el.bound if tol is None else tol.bound(el.want)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -104,8 +104,9 @@ def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: Fi
             if failed[i]:
                 mine = bad_idx[el.s[bad_idx] == i][:MAX_FAILURES]
                 # kq, kq_soft_max and kqv print one row per (head, query): the failing value's own line
+                lines = getattr(st.views[i], rows)
                 res.failures = [Failure(where(int(k)), float(el.got[k]), float(el.want[k]), float(bound[k]),
-                                        row_line(node, 0, int(st.heads[el.h[k]]), int(st.queries[el.t[k]])))
+                                        None if lines is None else int(lines[el.h[k], el.t[k]]))
                                 for k in mine]
             res.by_head = {int(st.heads[k]): HeadFigures(int(h_n[i, k]), int(h_bad[i, k]), float(h_worst[i, k]))
                            for k in range(n_h) if h_n[i, k]}

@@ -174,7 +174,7 @@ class DumpChecker:
             checks.results("masked", P_nodes, st, checks.masked(st), "slot"),
             checks.results("softmax", P_nodes, st, checks.softmax_rows(st), "slot", tol),
             checks.results("softmax_ratio", P_nodes, st, checks.softmax_ratio(st), "slot", tol),
-            checks.results("pv", O_nodes, st, checks.pv(st), "dim", tol))))
+            checks.results("pv", O_nodes, st, checks.pv(st), "dim", tol, rows="O_rows"))))
         rows_whole = st.rows_whole.sum(axis=1) * len(st.heads)
         out = []
         for i, (p, view) in enumerate(zip(pending, st.views)):

@@ -13,7 +13,7 @@ from functools import cached_property
 import numpy as np
 
 from ..dump.graph import Site, SiteInfo
-from ..dump.sample import Sample
+from ..dump.sample import Sample, row_lines
 from ..errors import DumpError
 from .mask import VISIBLE, Geometry, SiteFacts, reasons
 
@@ -43,6 +43,8 @@ class SiteView:
     V: np.ndarray | None
     v_type: str | None  # storage type of the V cache view (f16 by default; f32 without a cache)
     kv_printed: np.ndarray | None = None  # [h] the KV head this head reads was printed in the V view
+    P_rows: np.ndarray | None = None  # [h, t] the line of each printed row of kq_soft_max (and kq, its twin)
+    O_rows: np.ndarray | None = None  # [h, t] the line of each printed row of kqv
     sums: tuple[float, ...] = ()  # the SOFT_MAX `sum =` lines
     P_all: np.ndarray | None = None  # every printed weight, all heads (what `sum` added up before PR #15637)
 
@@ -278,6 +280,8 @@ def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | 
         V=V_h,
         v_type=V.node.type if V is not None else None,
         kv_printed=kv_printed,
+        P_rows=row_lines(P.node),
+        O_rows=row_lines(O.node) if O is not None else None,
         sums=P.sums,
         P_all=P.values,
     )
@@ -289,4 +293,4 @@ def select_heads(view: SiteView, heads: set[int]) -> SiteView:
     pick = lambda a: None if a is None else a[keep]  # noqa: E731
     return SiteView(view.site, view.geometry, view.heads[keep], view.queries, view.slots, view.dims,
                     pick(view.S), view.P[keep], pick(view.O), pick(view.V), view.v_type, pick(view.kv_printed),
-                    view.sums, view.P_all)
+                    pick(view.P_rows), pick(view.O_rows), view.sums, view.P_all)

@@ -91,6 +91,20 @@ def _row_lines(ne: tuple[int, int, int, int]) -> tuple[int, ...]:
     return tuple(i for i, text in enumerate(_layout(ne)[1]) if len(text) > 2 and text[:1] == b"[")
 
 
+def row_lines(node: Node) -> np.ndarray:
+    """[p2, p1] the 1-based line of each printed row of the first i3 block (one row per printed i2, i1): where a
+    failing value of kq, kq_soft_max or kqv sits. Log lines interleaved into the body are skipped, as the parser
+    skips them."""
+    n0, n1, n2, n3 = node.ne
+    p1, p2 = len(printed_indices(n1)), len(printed_indices(n2))
+    k = np.array(_row_lines(node.ne)[:p1 * p2], dtype=np.int64).reshape(p2, p1)
+    body = node.body
+    if not body or body.count(b"\n") == (b"\n" + body).count(b"\n "):  # every line printed: no log lines between
+        return node.body_line + k
+    offsets = [o for o, raw in enumerate(body.split(b"\n")) if raw[:1].isspace() or raw[:1] in (b"[", b"]")]
+    return np.array([node.body_line + offsets[i] if i < len(offsets) else -1 for i in k.ravel()]).reshape(k.shape)
+
+
 def row_line(node: Node, i3: int, i2: int, i1: int) -> int | None:
     """The 1-based line of the printed row that holds logical element (i3, i2, i1, ·) of a node, or None when that
     row was not printed. Log lines interleaved into the body are skipped, as the parser skips them."""

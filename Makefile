@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test bench llama browser e2e clean
+.PHONY: install test bench mutate llama browser e2e clean
 
 install:
 	$(PYTHON) -m pip install -e '.[test]'
@@ -28,6 +28,10 @@ e2e: browser
 
 bench:
 	$(PYTHON) bench/bench.py
+
+# one plausible bug at a time in a copy of the package, the tests run against each (minutes; not in CI)
+mutate:
+	$(PYTHON) scripts/mutate.py $(MUTATE_ARGS)
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

@@ -45,9 +45,12 @@ def pv_bound(P: np.ndarray, V: np.ndarray, v_type: str) -> float:
     return float(PRINT + (a * PRINT).sum() + ((P + PRINT) * PRINT).sum() + (a * P).sum() * (SRC1[v_type] + n * F32))
 
 
-def sum_bound(n_terms: int, magnitude: float) -> float:
-    """A printed `sum = %f`: f32 accumulation of n non-zero terms, n·2⁻²⁴·Σ|x|, and the `%f` print."""
-    return n_terms * F32 * magnitude + SUM_PRINT
+def sum_bound(n_terms: int, magnitude: float, n_rows: int = 0, row_len: int = 0) -> float:
+    """A printed `sum = %f`: f32 accumulation of n non-zero terms, n·2⁻²⁴·Σ|x|, and the `%f` print. For SOFT_MAX
+    rows that should each sum to 1, also how far a row may be from 1: each of its (at most row_len) weights is
+    rounded to f32 in expf and in the multiplication by 1/sum, the sum and 1/sum once each, about
+    (row_len + 4)·2⁻²⁴ per row."""
+    return n_terms * F32 * magnitude + n_rows * (row_len + 4) * F32 + SUM_PRINT
 
 
 def diff_tolerance(x: float) -> float:

@@ -17,9 +17,9 @@ import re
 import numpy as np
 import pytest
 
-from attncheck.check import bounds
 from conftest import FIXTURES, attncheck as run
 from dumpedit import DumpEdit, printed
+from formulas import PRINT, STEP, pv_bound, sum_bound
 
 OLD = "old-llama-gqa-how-are-you.txt"
 
@@ -126,7 +126,8 @@ ELEMENT_CASES = [
     ("weight", "llama-gqa-draw.txt", 0, 0, 6, 2, 1),  # GQA; 0.9969 moves down
     ("weight", OLD, 0, 1, 5, 2, 2),
     ("weight", "gpt2-long.txt", 0, 1, 2, 2, 0),
-    # (b) a masked weight to 0.0100: a later token of the same ubatch, or an empty cache slot
+    # (b) a masked weight to 0.0001, the smallest value a print can show: a later token of the same ubatch, or an
+    # empty cache slot (softmax of −inf is exactly 0, so the bound is 0)
     ("masked", "gpt2-how-are.txt", 0, 1, 0, 0, 1),
     ("masked", "gpt2-ubatch2.txt", 1, 0, 2, 0, 255),
     ("masked", "gpt2-ubatch2.txt", 2, 0, 11, 1, 254),  # n_past = 4
@@ -192,7 +193,7 @@ def test_one_changed_element_fails_at_its_place(case, tmp_path):
         node, (_, new) = weights, edit.add(nm["softmax"], (head, query, x), -0.002 if old > 0.99 else 0.002, ev)
     elif kind == "masked":
         assert edit.get(nm["softmax"], (head, query, x), ev) == 0.0
-        node, new = weights, 0.01
+        node, new = weights, 0.0001
         edit.set(nm["softmax"], (head, query, x), new, ev)
     elif kind == "kqv":
         node, (_, new) = edit.node(nm["kqv"], ev), edit.add(nm["kqv"], (head, query, x), 0.05, ev)
@@ -341,7 +342,7 @@ def test_masked_score_change_is_not_a_failure(dump, ev, layer, head, query, slot
 
 def _pv_elements(edit: DumpEdit, dump: str, ev: int, layer: int):
     """Every checked kqv element of a site with its recomputation and its bound, from printed P and V alone:
-    (head, query, dim, printed O, Σ_j P_j V_j over the visible slots, bound from attncheck.check.bounds.pv_bound)."""
+    (head, query, dim, printed O, Σ_j P_j V_j over the visible slots, its bound as FORMAT.md §3 derives it)."""
     nm = names(dump, layer)
     P = edit.node(nm["softmax"], ev)
     O = edit.node(nm["kqv"], ev)
@@ -359,14 +360,13 @@ def _pv_elements(edit: DumpEdit, dump: str, ev: int, layer: int):
             p = np.array([edit.get(P.name, (h, t, j), ev) for j in slots])
             for d in printed(O.ne[0]):
                 v = np.array([edit.get(V.name, (g, d, j), edit.headers(V.name).index(V.header)) for j in slots])
-                bound = float(bounds.pv_bound(p, v, np.ones(len(slots), bool), V.type))
+                bound = pv_bound(p, v, V.type)
                 out.append((h, t, d, edit.get(O.name, (h, t, d), ev), float(p @ v), bound))
     return out
 
 
 PV_SITES = [("gpt2-how-are.txt", 0, 0), ("gpt2-ubatch2.txt", 1, 1), ("gpt2-kv-f32.txt", 0, 1),
             ("llama-gqa-draw.txt", 0, 0), (OLD, 0, 1)]
-STEP = 1e-4  # the last printed decimal of %12.4f
 
 
 @pytest.mark.parametrize("dump,ev,layer", PV_SITES)
@@ -411,31 +411,41 @@ def test_kqv_change_just_beyond_the_bound_fails(dump, ev, layer, tmp_path):
     assert [(e, l, c, a) for e, l, c, a, _ in failures(doc)] == [(ev, layer, "pv", at)]
 
 
+def _sum_expected(edit: DumpEdit, dump: str, ev: int, layer: int) -> tuple[float, float]:
+    """(what the `sum =` line must say, its bound), from the headers and printed weights. Today's line sums the
+    whole tensor: T·H rows of 1, f32-accumulated over the H·Σ_t (n_past + t + 1) weights not masked. The older
+    line sums the printed weights only: their sum, each within 5e-5 of the stored value."""
+    softmax = names(dump, layer)["softmax"]
+    node = edit.node(softmax, ev)
+    n_kv, T, H, _ = node.ne
+    if dump != OLD:
+        past = n_past(edit, softmax, ev)
+        return T * H, sum_bound(H * sum(past + t + 1 for t in range(T)), T * H, T * H, past + T)
+    P = [edit.get(softmax, (h, t, j), ev) for h in printed(H) for t in printed(T) for j in printed(n_kv)]
+    return sum(P), len(P) * PRINT + sum_bound(sum(p != 0 for p in P), sum(P))
+
+
 @pytest.mark.parametrize("dump,ev,layer", SUM_CASES)
 def test_sum_change_within_the_bound_passes_and_beyond_fails(dump, ev, layer, tmp_path):
-    """The `sum = %f` line: its bound read from the JSON (f32 accumulation; the older printed-only sum also carries
-    every printed value's rounding). Moving it away by < half the slack passes; just past the bound fails."""
+    """The `sum = %f` line moved away from what it must say, by less than half its slack: a pass; just past
+    its bound (two printed steps of %f beyond): a failure at that site."""
     softmax = names(dump, layer)["softmax"]
-    doc = strict_json(run("check", FIXTURES / dump, "--json", "-").out)
-    [chk] = [c for s in doc["sites"] if (s["evaluation"], s["layer"]) == (ev, layer) for c in s["checks"]
-             if c["check"] == "sum"]
-    err, bound = chk["max_error"], chk["bound"]
-    assert chk["passed"] and bound > err
-    step = 1e-6  # the last printed decimal of %f
-    below = math.floor(0.4 * (bound - err) / step) * step
-    assert below >= step, f"the bound {bound:.2e} leaves room for a printable change"
     edit = DumpEdit(FIXTURES / dump, tmp_path / "below.txt")
-    edit.add_sum(softmax, below, ev)
+    want, bound = _sum_expected(edit, dump, ev, layer)
+    got = edit.get_sum(softmax, ev)
+    err = got - want
+    assert abs(err) <= bound, "the shipped dump passes"
+    step = 1e-6  # the last printed decimal of %f
+    side = 1.0 if err >= 0 else -1.0
+    below = math.floor(0.4 * (bound - abs(err)) / step) * step
+    assert below >= step, f"the bound {bound:.2e} leaves room for a printable change"
+    edit.set_sum(softmax, got + side * below, ev)
     edit.save()
     r = run("check", edit.path, "--json", "-")
     assert r.code == 0, r.err[-2000:]
-    [again] = [c for s in strict_json(r.out)["sites"] if (s["evaluation"], s["layer"]) == (ev, layer)
-               for c in s["checks"] if c["check"] == "sum"]
-    assert again["note"] == chk["note"]
 
-    # up by bound + |error| and two more printed steps: past the bound whichever side of the expected value it was
     edit = DumpEdit(FIXTURES / dump, tmp_path / "beyond.txt")
-    edit.add_sum(softmax, (math.floor((bound + err) / step) + 2) * step, ev)
+    edit.set_sum(softmax, want + side * (math.ceil(bound / step) + 2) * step, ev)
     edit.save()
     fails = failures(check_json(edit.path))
     assert [(e, l, c) for e, l, c, *_ in fails] == [(ev, layer, "sum")]
@@ -531,7 +541,9 @@ def test_filter_on_a_head_that_was_never_printed_verifies_nothing():
 
 
 def test_filter_on_an_absent_layer_says_so():
+    """gpt2-how-are has the attention of layers 0 and 1 (kq_soft_max-0, kq_soft_max-1): --layer 5 verifies
+    nothing (exit 3, not a pass and not unusable input), and the reason names the layers there are."""
     code, doc = _totals(FIXTURES / "gpt2-how-are.txt", "--layer", "5")
-    assert code in (2, 3)
-    message = doc["reason"] if code == 3 else ""
-    assert "no SOFT_MAX node" not in message, message
+    assert code == 3 and doc["verdict"] == "unverified"
+    assert doc["reason"] == "no attention site in the layers asked for: the dump has layers 0, 1"
+    assert doc["totals"]["sites"] == 0

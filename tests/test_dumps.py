@@ -5,6 +5,8 @@ import pytest
 
 import attncheck
 from conftest import DUMPS, FIXTURES, attncheck as run
+from dumpedit import DumpEdit, printed
+from formulas import Site
 
 # dumps/README.md: rows whose visible slots are all printed, and their kqv elements
 FULLY_CHECKABLE = {"gpt2-how-are.txt": (24, 144)}
@@ -86,6 +88,28 @@ def test_atol_rtol_replace_the_derived_bounds():
     loose = run("check", FIXTURES / "gpt2-how-are.txt", "--atol", "1e-3", "--json", "-")
     assert loose.code == 0 and loose.json()["tolerance"] == {"origin": "--atol/--rtol", "atol": 1e-3, "rtol": 0.0}
     assert {c["bound"] for s in loose.json()["sites"] for c in s["checks"] if c["check"] == "pv"} == {1e-3}
-    # a tolerance below print precision (5e-5) cannot hold for 4-decimal prints: the same real dump fails
-    tight = run("check", FIXTURES / "gpt2-how-are.txt", "--atol", "1e-5", "--rtol", "0")
-    assert tight.code == 1 and "bound 1.0e-05" in tight.out
+    # a tolerance below print precision (5e-5) cannot hold for 4-decimal prints: the same real dump fails, at
+    # exactly the elements whose error, recomputed here from the printed numbers, exceeds 1e-5
+    tight = run("check", FIXTURES / "gpt2-how-are.txt", "--atol", "1e-5", "--rtol", "0", "--json", "-")
+    assert tight.code == 1
+    edit = DumpEdit(FIXTURES / "gpt2-how-are.txt", FIXTURES / "gpt2-how-are.txt")
+    for s in tight.json()["sites"]:
+        site = Site(edit, s["layer"])
+        err = {"softmax": {}, "pv": {}}
+        for t in printed(site.T):  # T = 2: every row is whole
+            for h in printed(site.H):
+                slots = site.visible(t)
+                for j, got, want in zip(slots, site.p(h, t, slots), site.recompute(h, t)):
+                    err["softmax"][h, t, j] = abs(got - want)
+                for d in printed(site.D_h):
+                    err["pv"][h, t, d] = abs(site.o(h, t, d) - site.pv(h, t, d)[0])
+        for c in s["checks"]:
+            last = "dim" if c["check"] == "pv" else "slot"
+            if c["check"] in err:
+                beyond = {k for k, e in err[c["check"]].items() if e > 1e-5}
+                assert c["failed"] == len(beyond)  # the JSON lists the first of them
+                assert {(f["at"]["head"], f["at"]["query"], f["at"][last]) for f in c["failures"]} <= beyond
+                h, t, x = max(err[c["check"]], key=err[c["check"]].get)
+                assert c["worst"] == {"head": h, "query": t, last: x} and c["bound"] == 1e-5
+            else:
+                assert c["passed"], c  # masked weights print exactly 0; the sum is within 1e-5 of T·H

@@ -13,9 +13,11 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import FIXTURES, attncheck as run
+from formulas import pv_bound, softmax_bound
 
 HEADER = re.compile(r"^\w+:\s*(?P<name>.*?) = \((?P<type>\w+)\)\s*(?P<op>\w+)\(.*\) = \{(?P<ne>[\d, ]+)\}\s*$")
 NUMBER = re.compile(r"-?(?:\d+\.\d+|inf|nan)")
@@ -51,6 +53,13 @@ def node(name: str, path, op: str | None = None):
         elif s.startswith("["):
             blocks[-1].append([float(x) for x in NUMBER.findall(s)])
     return ne, blocks
+
+
+def node_type(name: str, path, op: str | None = None) -> str:
+    """The storage type in the last header of that node (f16, f32, ...)."""
+    found = [m["type"] for line in open(path, encoding="utf-8", errors="replace")
+             if (m := HEADER.match(line.rstrip("\n"))) and m["name"].strip() == name and (op is None or m["op"] == op)]
+    return found[-1]
 
 
 def block(name: str, path, logical: int, op: str | None = None):
@@ -142,12 +151,21 @@ def test_recomputed_numbers_follow_the_formulas(name, layer, head, group):
     softmax = [next(want) if vis else 0.0 for vis in visible]
     assert doc["scores"]["softmax"] == pytest.approx(softmax, abs=1e-12)
     assert doc["scores"]["error"] == pytest.approx([abs(a - b) for a, b in zip(p, softmax)], abs=1e-12)
-    assert all(err <= b for err, b in zip(doc["scores"]["error"], doc["scores"]["bound"]))
+    # bounds (FORMAT.md §3): 5e-5 + p·(e^{2·scale·5e-5} − 1) for a visible slot, exactly 0 for a masked one
+    want_bound = [float(softmax_bound(q, scale)) if vis else 0.0 for q, vis in zip(softmax, visible)]
+    assert doc["scores"]["bound"] == pytest.approx(want_bound, rel=1e-2)
+    assert all(err <= b for err, b in zip(doc["scores"]["error"], want_bound))
     # weighted sum: O_h[t, d] = Σ_j p_j v_j over the visible slots, with the dumped p_j
     o = [sum(pj * v[d][j] for j, pj in enumerate(p) if visible[j]) for d in range(len(v))]
     assert doc["weighted_sum"]["weighted_sum"] == pytest.approx(o, abs=1e-12)
     kqv = block(n["o"][0], path, head, n["o"][1])[tp]
     assert doc["weighted_sum"]["error"] == pytest.approx([abs(a - b) for a, b in zip(kqv, o)], abs=1e-12)
+    vis_p = np.array([pj for pj, vis in zip(p, visible) if vis])
+    v_type = node_type(n["v"][0], path, n["v"][1])
+    want_bound = [pv_bound(vis_p, np.array([v[d][j] for j in range(len(p)) if visible[j]]), v_type)
+                  for d in range(len(v))]
+    assert doc["weighted_sum"]["bound"] == pytest.approx(want_bound, rel=2e-3)
+    assert all(err <= b for err, b in zip(doc["weighted_sum"]["error"], want_bound))
     assert doc["passed"] is True
 
 
@@ -254,6 +272,19 @@ def test_a_changed_weight_fails(tmp_path):
     at = text.index(old, start)
     bad = tmp_path / "bad.txt"
     bad.write_text(text[:at] + "0.9730,       0.0290" + text[at + len(old):])
-    r = run("inspect", bad, "--layer", "0", "--head", "0")
+    r = run("inspect", bad, "--layer", "0", "--head", "0", "--json", "-")
     assert r.code == 1
-    assert "FAIL" in r.out
+    doc = r.json()
+    # query 1 reads slots 0 and 1; the weight of slot 0 moved from 0.9710 by 0.002, 40× its bound of about 5e-5
+    assert doc["query"]["index"] == 1 and doc["passed"] is False
+    scores = doc["scores"]
+    assert scores["kq_soft_max"][0] == 0.973
+    beyond = [j for j, e, b in zip(scores["slots"], scores["error"], scores["bound"]) if e > b]
+    assert beyond == [0]
+    # P·V reads the moved weight: every printed dim of query 1 moves by 0.002·|V_0,d|
+    assert all(e > b for e, b in zip(doc["weighted_sum"]["error"], doc["weighted_sum"]["bound"]))
+    text = run("inspect", bad, "--layer", "0", "--head", "0")
+    assert text.code == 1
+    assert re.search(r"^ 0 tok 257 .* 0\.9730 .* FAIL\s*$", text.out, re.M), text.out
+    assert re.search(r"^ 1 tok 260 .* 0\.0290 .* ok\s*$", text.out, re.M), text.out
+    assert re.search(r"^FAIL 2 visible weights, 4 masked weights, 6 kqv elements of query 1", text.out, re.M)

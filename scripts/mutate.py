@@ -120,7 +120,7 @@ def run_tests(root: Path, tests: tuple[str, ...], extra: list[str]) -> tuple[int
     """pytest in the copy (its own attncheck first on sys.path): exit code, failed test ids, the output's tail."""
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
     cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "--ignore=tests/e2e",
-           *tests, *extra]
+           "--hypothesis-profile=mutate", *tests, *extra]
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     failed = sorted(set(_FAILED.findall(proc.stdout)))
     return proc.returncode, failed, proc.stdout[-3000:] + proc.stderr[-2000:]

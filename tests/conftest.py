@@ -8,6 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
+
+# scripts/mutate.py: a mutant that fails a property fails it at once; shrinking the example would only take minutes
+settings.register_profile("mutate", phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -51,6 +51,19 @@ def _assert_passes(doc: dict) -> None:
     assert doc["exit_code"] == 0, failures(doc)[:5]
 
 
+def moved_scores(site: Site, dump: str, found: dict[float, int], s: np.ndarray, j: int, place, tmp_path):
+    """For each target of `search`: the dump with score j of the row moved to the printable value found, checked.
+    0.5× must pass; yields (candidate index, report) of the 1.5× case for the caller's assertions."""
+    for target, i in found.items():
+        edit = DumpEdit(FIXTURES / dump, tmp_path / f"{target}.txt")
+        edit.set(site.kq, place, round(s[j] + SCORE_MOVES[i] * STEP, 4), site.ev)
+        doc = verify(edit)
+        if target < 1:
+            _assert_passes(doc)
+        else:
+            yield i, doc
+
+
 # --------------------------------------------------------------------------------------------------------------
 # softmax: rows whose visible slots were all printed
 # --------------------------------------------------------------------------------------------------------------
@@ -81,14 +94,7 @@ def test_softmax_bound(dump, layer, ev, head, query, tmp_path):
         return lambda ks: np.max(np.abs(P - rows(j, ks)) / softmax_bound(rows(j, ks), site.scale), axis=1)
 
     j, found = next((j, f) for j in range(len(slots)) if (f := search(worst(j), SCORE_MOVES)))
-    for target, i in found.items():
-        new = round(s[j] + SCORE_MOVES[i] * STEP, 4)
-        edit = DumpEdit(FIXTURES / dump, tmp_path / f"{target}.txt")
-        edit.set(site.kq, (head, query, slots[j]), new, ev)
-        doc = verify(edit)
-        if target < 1:
-            _assert_passes(doc)
-            continue
+    for i, doc in moved_scores(site, dump, found, s, j, (head, query, slots[j]), tmp_path):
         p_hat = rows(j, SCORE_MOVES[i:i + 1])[0]
         ratio = np.abs(P - p_hat) / softmax_bound(p_hat, site.scale)
         fails = failures(doc)
@@ -128,14 +134,7 @@ def test_ratio_bound(dump, layer, ev, head, query, tmp_path):
         return lambda ks: np.abs(P[j] - pred(j, ks)) / ratio_bound(pred(j, ks), P[k], site.scale)
 
     j, found = next((j, f) for j in range(len(slots)) if j != k and P[j] >= 0.01 and (f := search(worst(j), SCORE_MOVES)))
-    for target, i in found.items():
-        new = round(s[j] + SCORE_MOVES[i] * STEP, 4)
-        edit = DumpEdit(FIXTURES / dump, tmp_path / f"{target}.txt")
-        edit.set(site.kq, (head, query, slots[j]), new, ev)
-        doc = verify(edit)
-        if target < 1:
-            _assert_passes(doc)
-            continue
+    for i, doc in moved_scores(site, dump, found, s, j, (head, query, slots[j]), tmp_path):
         [(e, l, c, at, f)] = failures(doc)
         assert (e, l, c, at) == (ev, layer, "softmax_ratio", {"head": head, "query": query, "slot": slots[j]})
         want = float(pred(j, SCORE_MOVES[i:i + 1])[0])
@@ -247,6 +246,7 @@ def gpt2_model():
 MODEL_ROWS = [
     ("gpt2-ubatch2.txt", 2, [0, 1]),  # n_past = 4
     ("gpt2-long.txt", 0, [10, 11, 12]),  # rows whose visible slots the dump alone cannot recompute
+    ("gpt2-how-are-you.txt", 0, [0, 1, 2]),
 ]
 
 

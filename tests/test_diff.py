@@ -222,7 +222,9 @@ def test_nmse_excludes_atol():
 def test_atol_passes_what_it_needs():
     doc = run("diff", F16, F32, "--json", "-").json()
     need = max(n["needed_atol"] for n in doc["nodes"] if not n["skipped"])
+    assert need > 1e-4  # the f16 cache moved K by more than the print: the default tolerance fails (above)
     assert run("diff", F16, F32, "--atol", str(need * 1.001)).code == 0
+    assert run("diff", F16, F32, "--atol", str(need * 0.99)).code == 1  # and it is the least that passes
 
 
 def test_2024_format_against_today():

@@ -18,7 +18,6 @@ FORMAT.md §3 (tests/formulas.py): 2.5× to 10× of it, so a bound 10× too wide
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math

@@ -51,8 +51,8 @@ class Mutant:
 MUTANTS = [
     # --- the dump-only checks ---
     Mutant("masked-1e-3", "masked weights accepted up to 1e-3 (they must print exactly 0)", "check/checks.py",
-           "return Elements(got, np.zeros_like(got), np.zeros_like(got), h, t, j)",
-           "return Elements(got, np.zeros_like(got), np.full_like(got, 1e-3), h, t, j)", CHECK),
+           "return Elements(got, np.zeros_like(got), np.zeros_like(got), s, h, t, j,",
+           "return Elements(got, np.zeros_like(got), np.full_like(got, 1e-3), s, h, t, j,", CHECK),
     Mutant("pv-bound-x10", "the P·V bound ×10", "check/bounds.py",
            "    return (\n        PRINT\n", "    return 10 * (\n        PRINT\n", CHECK),
     Mutant("pv-bound-x100", "the P·V bound ×100", "check/bounds.py",
@@ -71,9 +71,11 @@ MUTANTS = [
     Mutant("gqa-mod", "GQA read as KV head h % H_kv (instead of h // (H / H_kv))", "check/heads.py",
            "    return h // (H // H_kv)", "    return h % H_kv", CHECK),
     Mutant("mask-one-late", "the causal mask lets a query read one slot past its position", "check/mask.py",
-           "out[k_pos[None, :] > q_pos[:, None]] = LATER", "out[k_pos[None, :] > q_pos[:, None] + 1] = LATER", CHECK),
+           "out[k_pos[:, None, :] > q_pos[:, :, None]] = LATER",
+           "out[k_pos[:, None, :] > q_pos[:, :, None] + 1] = LATER", CHECK),
     Mutant("ratio-ref-argmin", "weight ratios taken against the smallest printed weight, not the largest",
-           "check/checks.py", "k = Pv.argmax(axis=-1)[..., None]", "k = Pv.argmin(axis=-1)[..., None]", CHECK),
+           "check/checks.py", "k = np.where(vis, P, -1.0).argmax(axis=-1)[..., None]",
+           "k = np.where(vis, P, 2.0).argmin(axis=-1)[..., None]", CHECK),
     Mutant("n-past-reset", "n_past not carried from one evaluation (ubatch) to the next", "dump/graph.py",
            "else n_past + T", "else 0", CHECK),
     # --- diff ---

@@ -241,7 +241,7 @@ def facts_lines(report: Report) -> list[str]:
                          f"the facts used" + (f"; {len(rec['tried'])} hypotheses tried" if len(rec["tried"]) > 1
                                                else ""))
     other = [f"layer {k}: {v}, no softmax attention: nothing to check" for k, v in report.layer_kinds.items()
-             if v.startswith("recurrent") or v == "none"]
+             if v.startswith("recurrent")]
     lines += other
     if report.other_softmax:
         shown = ", ".join(report.other_softmax[:3]) + (f" and {len(report.other_softmax) - 3} more"

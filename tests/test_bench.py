@@ -18,5 +18,6 @@ def test_bench_runs_from_a_copy_of_the_repository_alone(tmp_path):
     proc = subprocess.run([sys.executable, "bench/bench.py", "--repeat", "1", "--copies", "1"], cwd=clone,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "dump: gpt2-deep-48l.txt, 34.8 MB, 13 evaluations, 624 attention sites" in proc.stdout
+    assert "gpt2-deep-48l.txt: 34.8 MB, 13 evaluations, 624 sites;" in proc.stdout
     assert "verdict pass" in proc.stdout
+    assert "exit 0" in proc.stdout and "exit 1" not in proc.stdout

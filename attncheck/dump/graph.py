@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import BinaryIO, Iterable, Iterator
 
 from ..errors import DumpError
@@ -166,11 +167,18 @@ class Evaluation:
 
 def _layer_of(node: Node, fallback: int) -> int:
     """The layer a node's name says (`-L`); an unnamed node (node_21) belongs to the layer of what it reads."""
-    for name in (node.name, *(s.name for s in node.srcs if s is not None)):
+    s0, s1 = node.srcs
+    layer = _named_layer(node.name, s0.name if s0 is not None else "", s1.name if s1 is not None else "")
+    return fallback if layer is None else layer
+
+
+@lru_cache(maxsize=8192)
+def _named_layer(*names: str) -> int | None:
+    for name in names:
         m = _LAYER.search(name)
         if m:
             return int(m.group(1))
-    return fallback
+    return None
 
 
 def _scores_matmul(softmax: Node) -> Node | None:
@@ -302,7 +310,9 @@ class Dump:
                     run = 0
                 current = Evaluation(index, run, in_run, n_past, tokens, runs_before=len(self.runs))
                 first_key = key
-            node.inputs = tuple(latest.get(s.name) if s is not None else None for s in node.srcs)  # type: ignore
+            s0, s1 = node.srcs
+            node.inputs = (latest.get(s0.name) if s0 is not None else None,
+                           latest.get(s1.name) if s1 is not None else None)
             latest[node.name] = node
             current.nodes.append(node)
             if node.cut and not self.final:  # a part ends between nodes: a node that does not end whole is damage

@@ -7,6 +7,8 @@ The input is read in chunks, so memory does not grow with the size of the dump.
 from __future__ import annotations
 
 import re
+
+import numpy as np
 from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator, NamedTuple
@@ -169,12 +171,13 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
         end = len(buf) if eof else buf.rfind(b"\n") + 1
         runs_here = b"system_info:" in buf or b"number of input tokens" in buf  # else no gap needs a look
         pos = 0  # start of the text not yet given to a node
-        for m in _HEADER_AT.finditer(buf, 0, end):
-            start = buf.rfind(b"\n", 0, m.start()) + 1  # the header's line start
+        matches = list(_HEADER_AT.finditer(buf, 0, end))
+        starts = [buf.rfind(b"\n", 0, m.start()) + 1 for m in matches]  # each header's line start
+        lines = _lines_at(buf, end, starts, line)
+        for m, start, header_line in zip(matches, starts, lines):
             if start < pos:  # a second prefix on a header's own line: not a header of its own
                 continue
             body = buf[pos:start]
-            header_line = line + body.count(b"\n")
             if pending is not None:  # the node before the gap ends there: a run starting in the gap comes after it
                 yield _node(pending, body)
             elif not seen_header and (hit := _PRINTED_LINE.search(body)):
@@ -212,6 +215,15 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
                 "run llama-eval-callback and pipe its output with 2>&1",
             )
         return
+
+
+def _lines_at(buf: bytes, end: int, starts: list[int], line: int) -> list[int]:
+    """The line of each position in `starts` (sorted), the buffer's first byte being on `line`: one count of the
+    newlines before each, for all of them at once."""
+    if not starts:
+        return []
+    newlines = np.flatnonzero(np.frombuffer(buf, np.uint8, count=end) == 10)
+    return (np.searchsorted(newlines, starts) + line).tolist()
 
 
 def _node(pending: tuple, body: bytes) -> Node:

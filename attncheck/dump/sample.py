@@ -154,7 +154,7 @@ def parse_sample(node: Node, source: str) -> Sample:
             raise ValueError
         if not _PRINTED_VALUES.fullmatch(b" ".join(words) + b" "):
             raise ValueError  # a word `%12.4f` and `%f` never print (1234, .8108, 8108.) is damage, not a value
-        numbers = np.array(words).astype(np.float64).reshape(n3, per_block + 1)
+        numbers = np.fromiter(map(float, words), np.float64, len(words)).reshape(n3, per_block + 1)
     except ValueError:
         _locate_damage(node, source)
         raise  # unreachable: _locate_damage raises

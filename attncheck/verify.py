@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Protocol
 
 from .arch import lookup
-from .arch.facts import MODEL, OPTION, AttentionFacts, Fact
+from .arch.facts import LOG, MODEL, OPTION, AttentionFacts, Fact
 from .arch.gguf_header import Header, read_header
 from .arch.header import facts_from_header, require_shape
+from .arch.log_header import LogHeader
 from .check.dumponly import DumpChecker
 from .check.report import Report
 from .dump.graph import Dump, Evaluation, read_dump
@@ -60,10 +61,13 @@ def merge(*per_checker: list[SiteReport]) -> list[SiteReport]:
     return [firsts[(c, i)] for _, c, i in sorted(order)]
 
 
-def given_facts(opts: Options, header: Header | None = None) -> AttentionFacts:
-    """The facts a model's header and the options give (an option over the header); the rest stay open to the
-    hypotheses of check/hypotheses.py."""
-    facts = AttentionFacts() if header is None else facts_from_header(header.meta, MODEL, header.tensor)
+def given_facts(opts: Options, header: Header | None = None, log: LogHeader | None = None) -> AttentionFacts:
+    """The facts a model's header (else the GGUF keys a 2024 log printed) and the options give (an option over
+    the header); the rest stay open to the hypotheses of check/hypotheses.py."""
+    if header is not None:
+        facts = facts_from_header(header.meta, MODEL, header.tensor)
+    else:
+        facts = AttentionFacts() if log is None else facts_from_header(log.meta, LOG)
     if opts.kq_scale is not None:
         facts = facts.with_(kq_scale=Fact(float(opts.kq_scale), OPTION, "--kq-scale"))
     return facts
@@ -105,6 +109,25 @@ class Read:
     cut: object = None  # the node (or NodeRef) the dump ended inside
     evaluations: int = 0
     flash: int = 0
+    log: object = None  # the log header whose facts the checker holds (no --model)
+
+
+def _log_facts(checker: DumpChecker, opts: Options, read: Read, log: LogHeader | None) -> list[SiteReport]:
+    """A run whose log printed its model's GGUF keys (a 2024 log) is checked under their facts, as under a model's
+    header: the run before ends under the facts it was read with."""
+    if log is read.log:
+        return []
+    out = checker._close()
+    checker.given, read.log = given_facts(opts, log=log), log
+    return out
+
+
+def _log_header(dump: Dump, ev: Evaluation) -> LogHeader | None:
+    """The GGUF keys the log of the evaluation's run printed: its latest run start before it (the reader may have
+    read the next run's start already)."""
+    first = ev.nodes[0].line if ev.nodes else None
+    starts = [r for r in dump.runs if first is None or r.line < first]
+    return starts[-1].header if starts else None
 
 
 def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
@@ -137,11 +160,13 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
                             "note": f"attncheck has no reference forward pass for {header.arch!r}: the printed numbers "
                                     "are checked from the dump alone, under the attention facts its header gives"}
     fits = (lambda infos: _fits(shape, infos, dump.source, header)) if shape is not None else None
+    logs = opts if header is None else None  # without --model, a 2024 log's GGUF keys give the facts
     if model is None and observe is None and not opts.fail_fast:
-        from_dump, read = _by_parts(dump, checker, opts.jobs, progress, fits)
+        from_dump, read = _by_parts(dump, checker, opts.jobs, progress, fits, logs)
         from_model: list[SiteReport] = []
     else:
-        from_dump, from_model, read = _by_evaluation(dump, checker, model, opts, report, progress, observe, fits)
+        from_dump, from_model, read = _by_evaluation(dump, checker, model, opts, report, progress, observe, fits,
+                                                     logs)
     held, summary = checker.finish(complete=not report.stopped_early)
     from_dump += held
     if model is not None:
@@ -158,7 +183,8 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     return report
 
 
-def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits) -> tuple[list[SiteReport], Read]:
+def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits,
+              logs: Options | None = None) -> tuple[list[SiteReport], Read]:
     """The dump read in parts (in worker processes when jobs > 1), taken in by the checker in dump order."""
     from .check.pool import Replay, gathered, jobs_default
 
@@ -167,6 +193,9 @@ def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits
     out: list[SiteReport] = []
     for part in gathered(dump.stream, dump.source, checker.layers, jobs or jobs_default()):
         for ev in replay.take(part):
+            if logs is not None:
+                k = ev.run - replay.implicit
+                out += _log_facts(checker, logs, read, replay.runs[k].header if 0 <= k < len(replay.runs) else None)
             if fits is not None:
                 fits([p.site for p in ev.pending])
             read.evaluations += 1
@@ -184,12 +213,14 @@ def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits
 
 
 def _by_evaluation(dump: Dump, checker: DumpChecker, model, opts: Options, report: Report, progress, observe,
-                   fits) -> tuple[list[SiteReport], list[SiteReport], Read]:
+                   fits, logs: Options | None = None) -> tuple[list[SiteReport], list[SiteReport], Read]:
     """The dump read evaluation by evaluation in this process: the --model checks need each evaluation's nodes."""
     read = Read()
     from_dump: list[SiteReport] = []
     from_model: list[SiteReport] = []
     for ev in dump.evaluations():
+        if logs is not None:
+            from_dump += _log_facts(checker, logs, read, _log_header(dump, ev))
         if fits is not None:
             fits(ev.sites)
         read.evaluations += 1

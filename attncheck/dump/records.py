@@ -13,6 +13,7 @@ from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator, NamedTuple
 
+from ..arch.log_header import LogHeader, parse_log_header
 from ..errors import DumpError
 
 PREFIXES = (b"common_debug_cb_eval", b"ggml_debug")
@@ -79,10 +80,12 @@ class Node:
 
 
 class RunStart(NamedTuple):
-    """A new llama.cpp run begins: its start-up log, with `number of input tokens = N` and the ids when printed."""
+    """A new llama.cpp run begins: its start-up log, with `number of input tokens = N` and the ids when printed,
+    and the model's GGUF keys when the log printed them (2024 logs: arch/log_header.py)."""
 
     line: int
     tokens: tuple[int, ...] | None
+    header: LogHeader | None = None
 
 
 class Note(NamedTuple):
@@ -245,9 +248,13 @@ def _tokens(text: bytes, line: int, source: str) -> Iterator[RunStart]:
     `number of input tokens = N` followed by one id per line. One RunStart per gap between nodes."""
     at_info = text.find(b"system_info:")
     at = text.find(b"number of input tokens")
+    kv = text.find(b"llama_model_loader: - kv")
+    header = None
+    if kv >= 0:
+        header = parse_log_header(text[kv:].decode("utf-8", "replace"), line + text.count(b"\n", 0, kv))
     if at < 0:
         if at_info >= 0:
-            yield RunStart(line + text.count(b"\n", 0, at_info), None)
+            yield RunStart(line + text.count(b"\n", 0, at_info), None, header)
         return
     m = _TOKENS.match(text, at)
     ids: list[int] = []
@@ -259,4 +266,4 @@ def _tokens(text: bytes, line: int, source: str) -> Iterator[RunStart]:
                 break
             ids.append(int(tm.group(1)))
             p = tm.end()
-    yield RunStart(line + text.count(b"\n", 0, at), tuple(ids))
+    yield RunStart(line + text.count(b"\n", 0, at), tuple(ids), header)

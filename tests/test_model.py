@@ -266,9 +266,15 @@ def test_the_other_model_is_an_error(dump, model):
     assert "does not fit" in msg and "D_h" in msg and str(model) in msg
 
 
-def test_old_format_needs_tokens():
-    msg = one_line_error(run("check", FIXTURES / OLD, "--model", LLAMA))
-    assert "--tokens" in msg and "token ids" in msg
+def test_old_format_ids_are_looked_up_or_named():
+    """A 2024 log prints no token ids: those of printed embedding rows are looked up in the model (all of them for
+    a prompt of at most 6 tokens); a longer prompt's others are named as missing, and --tokens gives them."""
+    doc = json.loads(run("check", FIXTURES / OLD, "--model", LLAMA, "--json", "-").out)
+    assert doc["model"]["runs"][0]["tokens"] == [int(i) for i in how_are_you_ids().split(",")]
+    assert doc["model"]["runs"][0]["tokens_from"] == "embeddings"
+    long = FIXTURES / "drift" / "old-llama-gqa-long.txt"
+    msg = one_line_error(run("check", long, "--model", LLAMA))
+    assert "--tokens" in msg and "token ids" in msg and "not recoverable" in msg
     assert run("check", FIXTURES / OLD, "--model", LLAMA, "--tokens", how_are_you_ids()).code == 0
 
 
@@ -359,7 +365,7 @@ def test_inspect_with_the_model_fails_on_a_moved_score(tmp_path):
 
 def test_inspect_old_format_with_tokens():
     args = ("inspect", FIXTURES / OLD, "--layer", "1", "--head", "7", "--model", LLAMA)
-    assert one_line_error(run(*args)).count("--tokens") == 1
-    r = run(*args, "--tokens", how_are_you_ids(), "--json", "-")
-    assert r.code == 0, r.err
-    assert json.loads(r.out)["model"]["arithmetic"]["f16_src1"] == "f32"
+    for extra in ((), ("--tokens", how_are_you_ids())):  # the ids of a 3-token 2024 log are looked up
+        r = run(*args, *extra, "--json", "-")
+        assert r.code == 0, r.err
+        assert json.loads(r.out)["model"]["arithmetic"]["f16_src1"] == "f32"

@@ -282,6 +282,9 @@ def coverage_lines(report: Report) -> list[str]:
                      "against its reference forward pass, kq and every printed query row included; first node "
                      "beyond print precision: " + (f"{first['node']} (eval {first['evaluation']}, layer "
                                                     f"{first['layer']}, line {first['line']})" if first else "none"))
+    for r in (m or {}).get("runs") or []:
+        if r.get("tokens_from") not in (None, "log"):
+            lines.append(f"token ids of run {r['run']}: {r['tokens']} ({TOKENS_FROM.get(r['tokens_from'], r['tokens_from'])})")
     if m is None or m.get("forward", True) is None:
         lines.append(f"not checkable from a dump alone: kq itself (k·q needs all D_h = {s0.D_h} components of q and "
                      "k; llama.cpp prints 6); --model GGUF checks it for architectures with a reference forward pass")
@@ -291,6 +294,11 @@ def coverage_lines(report: Report) -> list[str]:
                      f"ratios only; their {t['kqv_elements_unchecked']} kqv elements are not checkable"
                      + (" from the dump alone (--model checked them)" if model_checked(report) else ""))
     return lines
+
+
+TOKENS_FROM = {"embeddings": "the log printed none: looked up from its printed embedding rows in the model's "
+                             "token_embd.weight", "--tokens": "given with --tokens",
+               "other dump": "the log printed none: taken from the other dump of the pair"}
 
 
 def model_checked(report: Report) -> bool:

@@ -13,7 +13,21 @@ from .bounds import F32_REL, FLIP_SHARE, PRINT
 from .expect import Expected
 from .mapping import CANONICAL, Layer, arrange
 from .reference import KV_TYPES, forward
+from .token_ids import recover
+
+EMBEDDINGS = "embeddings"  # Run.origin of ids looked up in the model's embedding table
 from .weights import Model
+
+
+def _spans(positions: list[int]) -> str:
+    """[3, 4, 5, 7] → "3..5, 7"."""
+    out: list[str] = []
+    for p in positions:
+        if out and out[-1].split("..")[-1] == str(p - 1):
+            out[-1] = f"{out[-1].split('..')[0]}..{p}"
+        else:
+            out.append(str(p))
+    return ", ".join(out)
 
 
 def parse_tokens(text: str | None) -> tuple[int, ...] | None:
@@ -36,7 +50,7 @@ class Run:
 
     index: int
     tokens: tuple[int, ...]
-    origin: str  # "log" | "--tokens"
+    origin: str  # "log" | "--tokens" | "embeddings" (looked up from the printed embedding rows: token_ids.py)
     expected: Expected | None = None
     T_seen: int = 0
     line: int = 0
@@ -59,6 +73,8 @@ class Runs:
         run = self.current
         if run is None or run.index != ev.run:
             run = self.start(ev, layers)
+        elif run.origin == EMBEDDINGS and (ev.n_past or 0) + layers[0].T > len(run.tokens):
+            self._extend(run, ev, layers)
         self.check_shapes(layers)
         self.check_count(run, ev, layers)
         run.T_seen = (ev.n_past or 0) + layers[0].T
@@ -70,13 +86,12 @@ class Runs:
         given, logged = self.tokens, ev.tokens
         if logged is not None and len(logged) == 0:
             logged = None
-        if logged is None and given is None:
-            raise DumpError(self.source, line, "the log holds no token ids (llama.cpp before the `number of input "
-                                               "tokens` lines); pass them with --tokens 1,2,3")
+        looked_up = self._look_up(ev, line) if logged is None and given is None else None
         if logged is not None and given is not None and tuple(given) != tuple(logged):
             raise DumpError(self.source, line, f"--tokens {','.join(map(str, given))} differ from the token ids "
                                                f"the log printed ({','.join(map(str, logged))})")
-        tokens, origin = (logged, "log") if logged is not None else (given, "--tokens")
+        tokens, origin = ((logged, "log") if logged is not None else (given, "--tokens") if given is not None
+                          else (looked_up, EMBEDDINGS))
         run = Run(ev.run, tuple(tokens), origin, line=line)  # type: ignore[arg-type]
         self.check_count(run, ev, layers)
         self.check_shapes(layers)
@@ -87,6 +102,35 @@ class Runs:
         run.expected = self._calibrated(ev, layers, run, kv, line)
         self.current = run
         return run
+
+    def _look_up(self, ev: Evaluation, line: int) -> tuple[int, ...]:
+        """The evaluation's token ids from its printed embedding rows, or a DumpError naming those not found."""
+        got = recover(self.model, ev, self.source)
+        if got is None:
+            raise DumpError(self.source, line, "the log holds no token ids (llama.cpp before the `number of input "
+                                               "tokens` lines) and prints no embedding rows to look them up from; "
+                                               "pass them with --tokens 1,2,3")
+        if not got.complete:
+            known = ", ".join(f"{(ev.n_past or 0) + t}: {i}" for t, i in enumerate(got.ids) if i is not None)
+            reasons: dict[str, list[int]] = {}
+            for p, w in sorted(got.unknown.items()):
+                reasons.setdefault(w, []).append(p)
+            why = "; ".join(f"positions {_spans(ps)}: {w}" for w, ps in reasons.items())
+            raise DumpError(self.source, line, f"the log holds no token ids; looked up in the model's embeddings "
+                                               f"(position: id): {known or 'none'}; the ids at {why}; pass them "
+                                               "with --tokens 1,2,3")
+        return tuple(int(i) for i in got.ids)  # type: ignore[arg-type]
+
+    def _extend(self, run: Run, ev: Evaluation, layers: list[Layer]) -> None:
+        """A later evaluation of a run whose ids were looked up: its own ids, and the reference over all of them
+        (causal: earlier positions keep their values)."""
+        ids = self._look_up(ev, layers[0].anchor.line)
+        if len(run.tokens) != (ev.n_past or 0):
+            raise DumpError(self.source, layers[0].anchor.line, "cannot place this evaluation's looked-up token ids: "
+                                                                "an earlier one had no attention to count T")
+        run.tokens = run.tokens + ids
+        kv = run.expected.kv_type if run.expected else "f16"
+        run.expected = self._reference(run.tokens, kv, run.arithmetic.get("f16_src1", "convert"), run.line)
 
     def _reference(self, tokens: tuple[int, ...], kv: str, f16_src1: str, line: int) -> Expected:
         try:
@@ -142,7 +186,8 @@ class Runs:
             raise DumpError(self.source, layers[0].anchor.line, "cannot place this evaluation: an earlier one had "
                                                                 "no attention to count T")
         if n_past + T > len(run.tokens):
-            said = "--tokens gives" if run.origin == "--tokens" else "the log printed"
+            said = {"--tokens": "--tokens gives", EMBEDDINGS: "the model's embeddings gave"}.get(run.origin,
+                                                                                             "the log printed")
             raise DumpError(self.source, layers[0].anchor.line,
                             f"{said} {len(run.tokens)} token ids, but this evaluation holds queries at positions "
                             f"{n_past}..{n_past + T - 1}")

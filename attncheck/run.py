@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections import deque
+from functools import lru_cache
 from typing import BinaryIO
 
 from .errors import DumpError
@@ -27,11 +29,62 @@ def find_binary(given: str | None) -> str:
     return path
 
 
+_FA_VALUES = re.compile(r"--flash-attn\s*[\[<]?\s*on\s*\|\s*off")
+_FA_ANY = re.compile(r"(?:^|\s)(?:-fa|--flash-attn)\b")
+
+
+@lru_cache(maxsize=8)
+def flash_attn_syntax(binary: str) -> str:
+    """How this llama-eval-callback takes flash attention, read from its `--help`: "value" (today: `--flash-attn
+    on|off|auto`, default auto, i.e. on for the CPU), "switch" (2024 builds: a bare `-fa` that turns it on; off by
+    default, and `--flash-attn off` is rejected), or "none" (no such option: always off)."""
+    try:
+        done = subprocess.run([binary, "--help"], capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return "value"  # cannot tell: today's syntax
+    text = (done.stdout + done.stderr).decode("utf-8", "replace")
+    if _FA_VALUES.search(text):
+        return "value"
+    if any(_FA_ANY.search(line) for line in text.splitlines()):
+        return "switch"
+    return "none" if "usage" in text.lower() else "value"
+
+
+def flash_attn_off_args(binary: str) -> list[str]:
+    """What turns flash attention off for this binary: `--flash-attn off`, or nothing where it is off by default."""
+    return ["--flash-attn", "off"] if flash_attn_syntax(binary) == "value" else []
+
+
+def _adapt(extra: tuple[str, ...], syntax: str) -> list[str]:
+    """The user's flash-attention arguments in the syntax of the binary: on a switch-only (2024) build,
+    `--flash-attn on` becomes `-fa` and `--flash-attn off` is dropped (off is its default)."""
+    if syntax == "value":
+        return list(extra)
+    out: list[str] = []
+    i = 0
+    while i < len(extra):
+        a = extra[i]
+        value = None
+        if a in ("-fa", "--flash-attn") and i + 1 < len(extra) and extra[i + 1] in ("on", "off", "auto"):
+            value, i = extra[i + 1], i + 2
+        elif a.startswith("--flash-attn="):
+            value, i = a.split("=", 1)[1], i + 1
+        else:
+            out.append(a)
+            i += 1
+            continue
+        if value == "on" and syntax == "switch":
+            out.append("-fa")
+    return out
+
+
 def command(binary: str, model: str, prompt: str, extra: tuple[str, ...]) -> list[str]:
-    """The argument list (no shell); flash attention off unless the user chose, so scores are printed."""
-    args = [binary, "-m", model, "-p", prompt, *extra]
+    """The argument list (no shell); flash attention off unless the user chose, so scores are printed, in the
+    syntax the binary takes (flash_attn_syntax)."""
+    syntax = flash_attn_syntax(binary)
+    args = [binary, "-m", model, "-p", prompt, *_adapt(extra, syntax)]
     if not any(a in ("-fa", "--flash-attn") or a.startswith("--flash-attn=") for a in extra):
-        args += ["--flash-attn", "off"]
+        args += flash_attn_off_args(binary)
     return args
 
 

@@ -1,5 +1,6 @@
 """attncheck diff on real dumps: same dump, an edited copy, a prefix prompt, another model, an f16 vs f32 KV cache,
-a 2024-format dump against today's; and the JUnit XML of diff and check."""
+a 2024-format dump against today's; and the JUnit XML of diff and check. The tests of print precision run with
+--exact (tolerance=EXACT); the drift model's own tests are in test_diff_drift.py."""
 from __future__ import annotations
 
 import re
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attncheck.diff.compare import diff
+from attncheck.diff.compare import EXACT, diff
 from attncheck.dump.roles import assign
 from attncheck.dump.graph import read_dump
 from conftest import FIXTURES, attncheck as run
@@ -84,12 +85,13 @@ SELF = [("gpt2-how-are.txt", ["kq-0", "kq-1"], 0.15), ("gpt2-ubatch2.txt", ["kq-
 def test_every_kind_of_dump_equals_itself_and_not_a_moved_copy(name, nodes, slack, tmp_path):
     """A dump against itself: every node agrees (exit 0). Against a copy with one value moved by 1.5× the
     tolerance: exit 1 at that node and element; by 0.5×: exit 0."""
-    rep = diff(FIXTURES / name, FIXTURES / name)
+    assert diff(FIXTURES / name, FIXTURES / name).exit_code == 0  # the default, the drift of correct builds
+    rep = diff(FIXTURES / name, FIXTURES / name, tolerance=EXACT)
     assert rep.exit_code == 0 and not rep.only and rep.compared
     assert all(n.max_abs == 0 for n in rep.compared)
     node, (i2, i1, i0), paths = _moved_by_tolerance(FIXTURES / name, tmp_path, nodes, slack=slack)
-    assert diff(FIXTURES / name, paths[0.5]).exit_code == 0
-    rep = diff(FIXTURES / name, paths[1.5])
+    assert diff(FIXTURES / name, paths[0.5], tolerance=EXACT).exit_code == 0
+    rep = diff(FIXTURES / name, paths[1.5], tolerance=EXACT)
     assert rep.exit_code == 1
     [bad] = rep.diverged
     assert bad.new.name == node and bad.failed == 1
@@ -99,6 +101,9 @@ def test_every_kind_of_dump_equals_itself_and_not_a_moved_copy(name, nodes, slac
 
 def test_same_dump_exit_0():
     r = run("diff", FIXTURES / "gpt2-how-are.txt", FIXTURES / "gpt2-how-are.txt")
+    assert r.code == 0, r.out + r.err
+    assert "DRIFT diff" in r.out and "every printed element is the same" in r.out
+    r = run("diff", FIXTURES / "gpt2-how-are.txt", FIXTURES / "gpt2-how-are.txt", "--exact")
     assert r.code == 0, r.out + r.err
     assert re.search(r"^PASS diff .*: \d+ nodes \(\d+ printed elements\) agree", r.out, re.M), r.out[-500:]
 
@@ -117,7 +122,8 @@ def test_one_softmax_value_moved(tmp_path):
     assert doc["totals"]["diverged"] == 1
     text = run("diff", FIXTURES / "gpt2-how-are.txt", bad)
     assert "eval 0 layer 0 kq_soft_max 'kq_soft_max-0'" in text.out
-    assert "head 0, query 1, slot 1" in text.out
+    assert "head 0, query 1 (position 1), slot 1" in text.out
+    assert "REGRESSION diff" in text.out
 
 
 def test_prefix_prompt():
@@ -144,8 +150,8 @@ def test_prefix_fails_at_a_moved_causal_score(tmp_path):
     moved to 1.5× the tolerance from "How are"'s fails there; 0.5× passes."""
     short = FIXTURES / "gpt2-how-are.txt"
     node, (h, t, j), paths = _moved_by_tolerance(F16, tmp_path, ["kq-0", "kq-1"], within=_prefix_causal, other=short)
-    assert diff(short, paths[0.5], prefix=True).exit_code == 0
-    rep = diff(short, paths[1.5], prefix=True)
+    assert diff(short, paths[0.5], prefix=True, tolerance=EXACT).exit_code == 0
+    rep = diff(short, paths[1.5], prefix=True, tolerance=EXACT)
     [bad] = rep.diverged
     assert rep.exit_code == 1 and bad.new.name == node and bad.worst == {"head": h, "query": t, "slot": j}
 
@@ -182,7 +188,7 @@ def test_no_token_ids_and_different_T_exit_2():
 
 
 def test_kv_cache_f16_vs_f32():
-    r = run("diff", F16, F32, "--json", "-")
+    r = run("diff", F16, F32, "--exact", "--json", "-")
     assert r.code == 1, r.err
     doc = r.json()
     first = doc["first_divergent"]
@@ -220,7 +226,7 @@ def test_nmse_excludes_atol():
 
 
 def test_atol_passes_what_it_needs():
-    doc = run("diff", F16, F32, "--json", "-").json()
+    doc = run("diff", F16, F32, "--exact", "--json", "-").json()
     need = max(n["needed_atol"] for n in doc["nodes"] if not n["skipped"])
     assert need > 1e-4  # the f16 cache moved K by more than the print: the default tolerance fails (above)
     assert run("diff", F16, F32, "--atol", str(need * 1.001)).code == 0
@@ -230,7 +236,8 @@ def test_atol_passes_what_it_needs():
 def test_2024_format_against_today():
     if not NEW_LLAMA.exists():
         pytest.skip("fixtures/llama-gqa-how-are-you.txt (today's llama.cpp, same model and prompt) is not there yet")
-    r = run("diff", OLD_LLAMA, NEW_LLAMA, "--json", "-")
+    assert run("diff", OLD_LLAMA, NEW_LLAMA).code == 0  # by default: the drift of correct builds
+    r = run("diff", OLD_LLAMA, NEW_LLAMA, "--exact", "--json", "-")
     doc = r.json()
     assert doc["prompt"]["relation"] == "unknown"
     assert "the prompt could not be compared" in doc["prompt"]["note"]
@@ -270,7 +277,7 @@ def _verdict_counts(out: str, what: str) -> tuple[int, int]:
 
 def test_diff_junit_counts(tmp_path):
     xml = tmp_path / "diff.xml"
-    r = run("diff", F16, F32, "--junit", xml)
+    r = run("diff", F16, F32, "--exact", "--junit", xml)
     failed, tests = _verdict_counts(r.out, "evaluation×layer tests")
     root = ET.parse(xml).getroot()
     assert root.tag == "testsuites"

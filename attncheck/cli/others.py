@@ -100,33 +100,52 @@ def _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, mod
 @click.option("--prefix", is_flag=True, help="One prompt extends the other: compare only what causality fixes.")
 @json_option("the JSON report (schema 1, kind diff)")
 @junit_option()
-@click.option("--atol", type=TOLERANCE, help="Absolute tolerance (default 1e-4: two prints of 4 decimals).")
-@click.option("--rtol", type=TOLERANCE, help="Relative tolerance (default 2^-16).")
+@click.option("--exact", is_flag=True, help="Print precision only (two runs of one build), not the drift of two "
+                                            "correct builds.")
+@click.option("--atol", type=TOLERANCE, help="Absolute tolerance in place of the drift model (--exact: 1e-4).")
+@click.option("--rtol", type=TOLERANCE, help="Relative tolerance in place of the drift model (--exact: 2^-16).")
 @click.option("--nmse", is_flag=True, help="Per-op NMSE thresholds as llama.cpp's test-backend-ops, not atol/rtol.")
+@click.option("--model", metavar="GGUF", help="Also check each side against this model's reference forward pass, "
+                                              "and say per layer which side leaves it.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the divergences and the verdict.")
 @click.option("-v", "--verbose", is_flag=True, help="Every matched node, compared or not, and every unmatched one.")
 @html_option("every compared node along the graph, with the tolerance it needed,")
-def diff_(old, new, prefix, json_out, junit, atol, rtol, nmse, quiet, verbose, html_out):
-    """Compare two dumps of one model and prompt node by node (two llama.cpp builds): where they first diverge."""
+def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, quiet, verbose, html_out):
+    """Compare two dumps of one model and prompt node by node (an old and a new llama.cpp build): drift between
+    correct builds (exit 0), or the first node beyond it (exit 1). --exact compares at print precision."""
     from ..check.junit import write
-    from ..diff.compare import ATOL, RTOL, DiffReport, Tolerance, diff
+    from ..diff.compare import ATOL, EXACT, RTOL, DiffReport, Tolerance, diff
     from ..diff.junit import diff_xml
     from ..diff.render import diff_dict, render_diff
 
     if nmse and (atol is not None or rtol is not None):
         raise click.UsageError("--nmse replaces --atol/--rtol: give one or the other")
-    given = atol is not None or rtol is not None
-    tol = Tolerance(ATOL if atol is None else atol, RTOL if rtol is None else rtol, nmse,
-                    "--atol/--rtol" if given else "print precision")
+    if nmse and exact:
+        raise click.UsageError("--nmse replaces --exact: give one or the other")
+    if atol is not None or rtol is not None:
+        tol = Tolerance(ATOL if atol is None else atol, RTOL if rtol is None else rtol, False, "--atol/--rtol", False)
+    elif nmse:
+        tol = Tolerance(nmse=True, origin="nmse", drift=False)
+    else:
+        tol = EXACT if exact else Tolerance()
     try:
-        rep = diff(old, new, prefix=prefix, tolerance=tol)
+        from ..diff.drift import weight_types_of
+
+        rep = diff(old, new, prefix=prefix, tolerance=tol, weight_types=weight_types_of(model) if model else None)
+        if model and not rep.error:
+            from ..diff.reference import check_sides
+
+            rep.reference = check_sides(rep, model)
     except Exception as e:  # unusable input (DumpError names file and line) or a bug: one line, exit 2
-        what = str(e) if isinstance(e, DumpError) else f"internal error ({type(e).__name__}: {e}); please report it"
+        what = (str(e) if isinstance(e, (DumpError, ModelError))
+                else f"internal error ({type(e).__name__}: {e}); please report it")
         rep = DiffReport(old, new, prefix, tol, error=what)
     for w in rep.warnings:
         click.echo(f"attncheck: warning: {w}", err=True)
     if rep.error:
         fail(f"{old} vs {new}: {rep.error}")
+    elif rep.reference is not None and rep.reference.error:
+        fail(rep.reference.error)
     render_diff(rep, make_console(stderr=json_out == "-"), quiet=quiet, verbose=verbose)
     if json_out:
         write_json(diff_dict(rep), json_out)

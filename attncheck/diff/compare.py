@@ -1,12 +1,6 @@
 """Two dumps → per-node differences: nodes matched by (run, evaluation, layer, role), compared on the elements
-printed in both, and the first node where the builds diverge. Result objects only; render_diff.py prints them.
-
-Default tolerance, from how the numbers were printed (FORMAT.md §3): |new − old| ≤ ATOL + RTOL·max(|old|, |new|).
-ATOL = 1e-4: each printed value is within 5e-5 of the stored one, so two builds that store the same number print
-values at most 1e-4 apart. RTOL = 2^-16: the same f32 op evaluated in another order (SIMD width, threads) differs by
-about n·2^-24 relative; 2^-16 allows n = 256 and stays 32× below one f16 rounding (2^-11), so a change of storage type
-is caught. `--nmse` instead uses test-backend-ops' per-op thresholds on NMSE = Σ(new − old)² / Σ new² (its `a` is
-the backend under test: NEW).
+printed in both (measure.py) under a tolerance (nodes.py: the drift of correct builds by default, drift.py), and
+the first node where the builds diverge. Result objects only; render.py prints them.
 """
 from __future__ import annotations
 
@@ -14,106 +8,19 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import BinaryIO
 
-import numpy as np
-
-from .. import precision
 from .align import Aligned, align, causal, geometry
 from ..errors import DumpError
 from ..dump.graph import Dump, Evaluation, read_dump
-from ..dump.records import NodeRef
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
-from ..dump.roles import LAYOUT, Role, assign
-from ..dump.sample import Sample, parse_sample
+from ..dump.roles import assign
+from ..dump.sample import parse_sample
+from .drift import DriftModel, Unit, cache_types, roundings
+from .measure import measure, store_scales, sum_diff
+from .nodes import (ATOL, DRIFT_ORIGIN, EXACT, NMSE_MAX, NMSE_OTHER, NOT_COMPUTING, RTOL, NodeDiff, NodeRef, SumDiff,
+                    Tolerance, Unmatched)
 
-ATOL = 1e-4
-RTOL = 2.0**-16
-NMSE_MAX = {"MUL_MAT": 5e-4, "FLASH_ATTN_EXT": 5e-4, "SOFT_MAX": 1e-6}  # test-backend-ops max_nmse_err()
-NMSE_OTHER = 1e-7
-SLACK = 1e-12  # float64 parsing of 4-decimal text
-NOT_COMPUTING = LAYOUT | {"SET_ROWS", "CPY", "GET_ROWS"}
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Elementwise atol/rtol (print precision unless given), or per-op NMSE thresholds."""
-
-    atol: float = ATOL
-    rtol: float = RTOL
-    nmse: bool = False
-    origin: str = "print precision"
-
-    def nmse_max(self, op: str) -> float:
-        return NMSE_MAX.get(op, NMSE_OTHER)
-
-    @property
-    def sum_atol(self) -> float:
-        """What atol allows each element of a `sum =` line: nothing for the print's rounding (sums are of stored
-        values), the given atol otherwise."""
-        return 0.0 if self.origin == "print precision" else self.atol
-
-
-@dataclass(frozen=True)
-class SumDiff:
-    """The `sum =` lines of two full-tensor sums of equal ne (the worst i3 block)."""
-
-    old: float
-    new: float
-    tol: float
-
-    @property
-    def diff(self) -> float:
-        return abs(self.new - self.old)
-
-    @property
-    def passed(self) -> bool:
-        return self.diff <= self.tol
-
-
-@dataclass
-class NodeDiff:
-    """One matched node: how its printed elements compare, and the tolerance they would have needed."""
-
-    evaluation: int
-    run: int
-    role: Role
-    old: NodeRef
-    new: NodeRef
-    how: str = ""  # index | flat | store: how the logical places were matched
-    compared: int = 0  # elements printed in both (and fixed by causality under --prefix)
-    skipped: str = ""  # why nothing was compared
-    failed: int = 0  # elements beyond atol + rtol·|x|
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-    nmse: float = 0.0
-    nmse_max: float | None = None  # the threshold under --nmse
-    tol: float = 0.0  # atol + rtol·|x| at the worst element
-    ratio: float = 0.0  # worst |Δ| / tol (or NMSE / threshold): ≤ 1 passes
-    needed_atol: float = 0.0  # the atol that would pass every element, at the rtol used
-    needed_rtol: float = 0.0  # the rtol that would pass every element, at the atol used
-    worst: dict[str, int] | None = None
-    worst_old: float = 0.0
-    worst_new: float = 0.0
-    sum: SumDiff | None = None
-
-    @property
-    def diverged(self) -> bool:
-        """Beyond the tolerance: elementwise (and the sum line), or NMSE under --nmse (sums then only shown)."""
-        if self.skipped:
-            return False
-        if self.nmse_max is not None:
-            return not self.nmse <= self.nmse_max
-        return self.failed > 0 or (self.sum is not None and not self.sum.passed)
-
-
-@dataclass(frozen=True)
-class Unmatched:
-    """A node present in one dump only."""
-
-    evaluation: int
-    run: int
-    side: str  # old | new
-    role: Role
-    node: NodeRef
+__all__ = ["ATOL", "DRIFT_ORIGIN", "EXACT", "NMSE_MAX", "NMSE_OTHER", "RTOL", "DiffReport", "NodeDiff", "NodeRef",
+           "SumDiff", "Tolerance", "Unmatched", "diff"]
 
 
 @dataclass
@@ -130,6 +37,8 @@ class DiffReport:
     evaluations: int = 0
     error: str = ""  # unusable pair (different models or prompts): exit 2
     warnings: list[str] = field(default_factory=list)
+    model: DriftModel | None = None  # the drift model used (default tolerance)
+    reference: object | None = None  # diff --model: reference.ReferenceDiff, which then gives the verdict
 
     @property
     def compared(self) -> list[NodeDiff]:
@@ -138,6 +47,13 @@ class DiffReport:
     @property
     def diverged(self) -> list[NodeDiff]:
         return [n for n in self.nodes if n.diverged]
+
+    @property
+    def beyond_drift(self) -> list[NodeDiff]:
+        """Nodes beyond the tolerance, less those in a layer where --model shows OLD off the reference and NEW on
+        it (an upgrade that fixed what the old build got wrong)."""
+        ref = self.reference
+        return [n for n in self.diverged if ref is None or not ref.fixed(n.evaluation, n.role.layer)]  # type: ignore
 
     @property
     def first_divergent(self) -> NodeDiff | None:
@@ -152,6 +68,13 @@ class DiffReport:
     def exit_code(self) -> int:
         if self.error:
             return EXIT_INPUT
+        ref = self.reference
+        if ref is not None and ref.error:  # type: ignore[attr-defined]
+            return EXIT_INPUT
+        if ref is not None and ref.forward:  # type: ignore[attr-defined]
+            if ref.regression is not None or self.beyond_drift:  # type: ignore[attr-defined]
+                return EXIT_FAIL
+            return EXIT_PASS if self.compared else EXIT_UNVERIFIED
         if self.diverged:
             return EXIT_FAIL
         return EXIT_PASS if self.compared else EXIT_UNVERIFIED
@@ -185,12 +108,17 @@ class DiffReport:
 
 
 def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool = False,
-         tolerance: Tolerance = Tolerance()) -> DiffReport:
-    """Compare two dumps node by node; DumpError when either cannot be read."""
+         tolerance: Tolerance = Tolerance(), weight_types: tuple[tuple[str, ...], str] | None = None) -> DiffReport:
+    """Compare two dumps node by node; DumpError when either cannot be read.
+
+    weight_types: (ggml type names of the model's tensors, where they were read) for the drift model; by default
+    from the logs' `- type` lines, when either printed them."""
     da = old if isinstance(old, Dump) else read_dump(old)
     db = new if isinstance(new, Dump) else read_dump(new)
     rep = DiffReport(da.source, db.source, prefix, tolerance)
     for ea, eb in zip_longest(da.evaluations(), db.evaluations()):
+        if tolerance.drift and rep.model is None and ea is not None and eb is not None:
+            rep.model = DriftModel(_unit(da, db, ea, eb, weight_types))
         if ea is None or eb is None:
             one, side = (ea, "old") if eb is None else (eb, "new")
             roles = assign(one)
@@ -207,6 +135,18 @@ def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool
     for d in (da, db):
         rep.warnings += [f"{d.source}:{n.line}: {n.message}" for n in d.notes]
     return rep
+
+
+def _unit(da: Dump, db: Dump, ea: Evaluation, eb: Evaluation, given: tuple | None) -> Unit:
+    """The drift model's unit: from the given weight types, else either log's `- type` lines; and the caches."""
+    caches = cache_types(ea, assign(ea)) | cache_types(eb, assign(eb))
+    if given is not None:
+        return Unit.of(given[0], caches, given[1])
+    for d, side in ((da, "OLD"), (db, "NEW")):
+        header = next((r.header for r in d.runs if r.header is not None), None)
+        if header is not None and header.tensor_types:
+            return Unit.of(header.tensor_types, caches, f"{side}'s log")
+    return Unit.of(None, caches, "")
 
 
 def _weights(ev: Evaluation) -> dict[str, tuple]:
@@ -252,23 +192,33 @@ def _same_inputs(rep: DiffReport, ea: Evaluation, eb: Evaluation) -> str:
 
 def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str, src_b: str) -> None:
     ra, rb = assign(ea), assign(eb)
+    ka, kb = (roundings(ea), roundings(eb)) if rep.model is not None else ({}, {})
     by_key = {rb.role(n).key: n for n in eb.nodes}
     matched: set[int] = set()
+    floors = store_scales(eb, rb, src_b) if rep.model is not None else {}
     T_short = min(t for t in (ea.T, eb.T) if t is not None) if (ea.T or eb.T) is not None else None
     for a in ea.nodes:
         role = ra.role(a)
         b = by_key.get(role.key)
+        if b is not None and role.kind == "other" and (a.op, a.ne) != (b.op, b.ne):
+            b = None  # a catch-all role is matched by position only: not across nodes of another op or shape
+        if b is not None and a.op != b.op and a.op not in NOT_COMPUTING and b.op not in NOT_COMPUTING:
+            b = None  # another computation in the same place (a dump cut before a bias ADD): not comparable
         if b is None or id(b) in matched:
             rep.only.append(Unmatched(ea.index, ea.run, "old", role, a.ref))
             continue
         matched.add(id(b))
-        nd = NodeDiff(ea.index, ea.run, role, a.ref, b.ref)
-        _diff_node(nd, rep, (a, ra, ea, src_a), (b, rb, eb, src_b), T_short)
+        nd = NodeDiff(ea.index, ea.run, role, a.ref, b.ref, n_past=ea.n_past or 0)
+        if rep.model is not None:
+            nd.roundings = max(ka.get(id(a), 0), kb.get(id(b), 0))
+            nd.allowed = rep.model.rho(nd.roundings, role.name)
+        _diff_node(nd, rep, (a, ra, ea, src_a), (b, rb, eb, src_b), T_short, floors.get((role.layer, role.name), 0.0))
         rep.nodes.append(nd)
     rep.only += [Unmatched(eb.index, eb.run, "new", rb.role(n), n.ref) for n in eb.nodes if id(n) not in matched]
 
 
-def _diff_node(nd: NodeDiff, rep: DiffReport, side_a: tuple, side_b: tuple, T_short: int | None) -> None:
+def _diff_node(nd: NodeDiff, rep: DiffReport, side_a: tuple, side_b: tuple, T_short: int | None,
+               scale_floor: float = 0.0) -> None:
     (a, ra, ea, src_a), (b, rb, eb, src_b) = side_a, side_b
     role, tol = nd.role, rep.tolerance
     if rep.prefix and (id(a) in ra.after_out_ids or id(b) in rb.after_out_ids):
@@ -297,66 +247,9 @@ def _diff_node(nd: NodeDiff, rep: DiffReport, side_a: tuple, side_b: tuple, T_sh
             nd.skipped = "no printed element is fixed by causality"
             return
         al = Aligned(al.how, al.keys[keep], al.old[keep], al.new[keep], al.axes)
-    _measure(nd, al, tol)
+    measure(nd, al, tol, scale_floor)
     if a.ne == b.ne and not rep.prefix:  # a sum covers elements causality may not fix
-        nd.sum = _sum(sa, sb, tol)
-
-
-def _measure(nd: NodeDiff, al: Aligned, tol: Tolerance) -> None:
-    """max abs/rel error, NMSE, the worst element and the tolerance that would have been needed."""
-    a, b = al.old, al.new
-    fin = np.isfinite(a) & np.isfinite(b)
-    same = (a == b) | (np.isnan(a) & np.isnan(b))
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        err = np.where(same, 0.0, np.where(fin, np.abs(b - a), np.inf))
-        mag = np.where(fin, np.maximum(np.abs(a), np.abs(b)), 0.0)
-        t = tol.atol + tol.rtol * mag
-        ratio = np.where(err == 0, 0.0, err / t)
-        rel = np.where(err == 0, 0.0, err / mag)
-        num, den = float(np.sum((b - a)[fin] ** 2)), float(np.sum(b[fin] ** 2))
-        need_r = np.where(err <= tol.atol, 0.0, (err - tol.atol) / mag)
-    w = int(np.argmax(ratio))
-    nd.compared = len(a)
-    nd.failed = int(np.count_nonzero(~(err <= t + SLACK)))
-    nd.max_abs, nd.max_rel = float(err.max()), float(rel.max())
-    nd.nmse = np.inf if not fin.all() and not same.all() else (num / den if den > 0 else (0.0 if num == 0 else np.inf))
-    nd.tol, nd.ratio = float(t[w]), float(ratio[w])
-    nd.needed_atol = float(np.max(np.maximum(err - tol.rtol * mag, 0.0)))
-    nd.needed_rtol = float(need_r.max())
-    nd.worst, nd.worst_old, nd.worst_new = al.where(w), float(a[w]), float(b[w])
-    if tol.nmse:
-        nd.nmse_max = tol.nmse_max(nd.new.op)
-        nd.ratio = nd.nmse / nd.nmse_max if nd.nmse else 0.0
-
-
-def _full_sum(s: Sample) -> bool:
-    """The `sum =` line is of the whole tensor: nothing elided, or too far from the printed values' sum for a sum
-    of printed values only (llama.cpp before PR #15637)."""
-    if s.complete:
-        return True
-    for block, total in zip(s.values, s.sums):
-        printed = float(np.nansum(block))
-        slack = block.size * precision.PRINT + precision.SUM_PRINT + 1e-6 * float(np.nansum(np.abs(block)))
-        if not abs(total - printed) > slack:
-            return False
-    return True
-
-
-def _sum(sa: Sample, sb: Sample, tol: Tolerance) -> SumDiff | None:
-    """Sums of equal-ne full tensors: 2·5e-7 for the two `%f` prints, n·sum_atol, plus rtol and f32 accumulation
-    (n·2^-24, FORMAT.md §3) of Σ|x|, estimated as n times the mean printed |x|."""
-    if not (_full_sum(sa) and _full_sum(sb)):
-        return None
-    n0, n1, n2, _ = sa.node.ne
-    n = n0 * n1 * n2
-    worst: SumDiff | None = None
-    for i, (x, y) in enumerate(zip(sa.sums, sb.sums)):
-        with np.errstate(invalid="ignore"):
-            mag = n * max(float(np.nanmean(np.abs(sa.values[i]))), float(np.nanmean(np.abs(sb.values[i]))), 0.0)
-        d = SumDiff(x, y, 2 * precision.SUM_PRINT + n * tol.sum_atol + (tol.rtol + n * precision.F32) * mag)
-        if worst is None or d.diff / d.tol > worst.diff / worst.tol:
-            worst = d
-    return worst
+        nd.sum = sum_diff(sa, sb, tol, nd.allowed * nd.scale)
 
 
 def _ne(ne) -> str:

@@ -1,12 +1,16 @@
 """DiffReport → text for people (a table per matched node, the divergences, a verdict) and the JSON document."""
 from __future__ import annotations
 
+import math
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from .compare import NMSE_MAX, NMSE_OTHER, DiffReport, NodeDiff
 from ..check.columns import NEVER, Col, fit
+from .drift import MEAN_FACTOR, MEAN_ROLES, SOFTMAX_FACTOR
+from .render_drift import drift_table, drift_verdict, per_layer
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, SCHEMA
 from ..results import json_number
 
@@ -18,6 +22,12 @@ def tolerance_line(rep: DiffReport) -> str:
     if t.nmse:
         per_op = ", ".join(f"{op} {v:g}" for op, v in NMSE_MAX.items())
         return f"tolerance: NMSE per op as test-backend-ops ({per_op}, other ops {NMSE_OTHER:g})"
+    if rep.model is not None:
+        m, u = rep.model, rep.model.unit
+        return (f"tolerance: the drift of correct builds, |new − old| ≤ {t.atol:g} + {t.rtol:.3g}·|x| + "
+                f"{m.a:g}·u·n^{m.p:g}·rms (×{MEAN_FACTOR:g} for {', '.join(MEAN_ROLES)}; softmax weights: "
+                f"×{SOFTMAX_FACTOR:g} of their own size), n the activation roundings before the node, "
+                f"u = 2^{math.log2(u.value):.2f}: {u.origin}")
     return f"tolerance: |new − old| ≤ {t.atol:g} + {t.rtol:.3g}·|x| ({t.origin})"
 
 
@@ -37,18 +47,33 @@ def where(nd: NodeDiff) -> str:
 _ORDER = ("head", "kv_head", "query", "token", "slot", "dim", "elem", "vocab", "flat", "i3", "i2", "i1", "i0")
 
 
-def _at(place: dict[str, int] | None) -> str:
-    """A logical place, in the order check's messages use: head, query, slot or dim."""
+def _at(place: dict[str, int] | None, n_past: int | None = None) -> str:
+    """A logical place, in the order check's messages use: head, query (and its position), slot or dim."""
     items = sorted((place or {}).items(), key=lambda kv: _ORDER.index(kv[0]) if kv[0] in _ORDER else len(_ORDER))
-    return ", ".join(f"{k} {v}" for k, v in items)
+    return ", ".join(f"{k} {v}" + (f" (position {n_past + v})" if k in ("query", "token") and n_past is not None
+                                   else "") for k, v in items)
+
+
+def position(nd: NodeDiff) -> int | None:
+    """The token position of the worst element: n_past + its query or token index (or its cache slot)."""
+    w = nd.worst or {}
+    for k in ("query", "token"):
+        if k in w:
+            return nd.n_past + w[k]
+    return w.get("slot") if nd.how == "store" else None
 
 
 def divergence_line(nd: NodeDiff, nmse: bool) -> str:
     """The node, its worst element by logical place, and what it would have needed."""
     names = f"'{nd.old.name}' (OLD line {nd.old.line}) / '{nd.new.name}' (NEW line {nd.new.line})"
-    worst = (f"{_at(nd.worst)}: {nd.worst_old:.4f} vs {nd.worst_new:.4f}, |Δ| {nd.max_abs:.1e}")
+    worst = (f"{_at(nd.worst, nd.n_past)}: {nd.worst_old:.4f} vs {nd.worst_new:.4f}, |Δ| {nd.max_abs:.1e}")
     if nmse:
         need = f"NMSE {nd.nmse:.1e} > {nd.nmse_max:g} for {nd.new.op}"
+    elif nd.failed and nd.roundings:
+        of = "of its own size" if nd.scale_kind == "value" else f"of the rms {nd.scale:.3g}"
+        need = (f"beyond the drift of correct builds in {nd.failed} of {nd.compared} elements: drift {nd.drift:.1e} "
+                f"{of}, allowed {nd.allowed:.1e} (n = {nd.roundings}; {nd.ratio:.1f}× the tolerance at the worst "
+                "element)")
     elif nd.failed:
         need = (f"> tol {nd.tol:.1e} in {nd.failed} of {nd.compared} elements; needs atol {nd.needed_atol:.1e} "
                 f"or rtol {nd.needed_rtol:.1e}; NMSE {nd.nmse:.1e}")
@@ -63,10 +88,13 @@ def divergence_line(nd: NodeDiff, nmse: bool) -> str:
 def node_table(rep: DiffReport, verbose: bool, width: int | None = None) -> Table:
     """One row per matched node (compared ones; skipped ones too with --verbose); max rel is in the JSON. The
     evaluation/layer and the verdict always; the other columns as the width allows."""
+    drift = rep.model is not None
     need = "NMSE max" if rep.tolerance.nmse else "need atol"
+    numbers = ((Col("drift", keep=2), Col("allowed", keep=2), Col("|Δ|/tol", keep=5)) if drift
+               else (Col("NMSE", keep=2), Col(need, keep=5)))
     cols = (Col("eval/layer", "left", NEVER), Col("role", "left", 6, wrap=True, min_width=16, fold=True),
             Col("node:line (OLD → NEW)", "left", 4, wrap=True, min_width=16, fold=True), Col("n", keep=3),
-            Col("max |Δ|", keep=7), Col("NMSE", keep=2), Col(need, keep=5), Col("", "left", NEVER, wrap=True))
+            Col("max |Δ|", keep=7), *numbers, Col("", "left", NEVER, wrap=True))
     rows = []
     for nd in rep.nodes:
         if nd.skipped and not verbose:
@@ -76,7 +104,12 @@ def node_table(rep: DiffReport, verbose: bool, width: int | None = None) -> Tabl
         names = escape(old if old == new else f"{old} → {new}")
         role = escape(nd.role.name)
         if nd.skipped:
-            rows.append([at, role, names, "0", "", "", "", f"[dim]{escape(nd.skipped)}[/]"])
+            rows.append([at, role, names, "0", "", *[""] * len(numbers), f"[dim]{escape(nd.skipped)}[/]"])
+            continue
+        if drift:
+            status = "[bold red]BEYOND[/]" if nd.diverged else "[green]drift[/]" if nd.max_abs else "[green]same[/]"
+            rows.append([at, role, names, str(nd.compared), f"{nd.max_abs:.1e}", f"{nd.drift:.1e}",
+                         f"{nd.allowed:.1e}", f"{nd.ratio:.2f}", status])
             continue
         status = "[bold red]DIFF[/]" if nd.diverged else "[green]same[/]"
         rows.append([at, role, names, str(nd.compared), f"{nd.max_abs:.1e}", f"{nd.nmse:.1e}",
@@ -90,7 +123,13 @@ def verdict(rep: DiffReport) -> str:
     only = f"; {t['only_old'] + t['only_new']} nodes in one dump only" if rep.only else ""
     tests = f"{t['tests']} evaluation×layer tests"
     if rep.exit_code == EXIT_INPUT:
-        return f"ERROR diff {pair}: {rep.error}"
+        return f"ERROR diff {pair}: {rep.error or rep.reference.error}"
+    if rep.reference is not None and rep.reference.forward:
+        from .reference import reference_verdict
+
+        return reference_verdict(rep, pair)
+    if rep.model is not None and rep.exit_code in (EXIT_PASS, EXIT_FAIL):
+        return drift_verdict(rep, where, _at)
     if rep.exit_code == EXIT_PASS:
         return (f"PASS diff {pair}: {t['compared']} nodes ({t['elements_compared']} printed elements) agree in "
                 f"{tests}{only}")
@@ -112,18 +151,28 @@ def render_diff(rep: DiffReport, console: Console, *, quiet: bool = False, verbo
     if rep.exit_code == EXIT_INPUT:
         return
     if not quiet:
-        console.print(node_table(rep, verbose, console.width))
+        console.print(drift_table(rep) if rep.model is not None and not verbose and rep.compared
+                      else node_table(rep, verbose, console.width))
         skipped = rep.totals()["skipped"]
         if skipped and not verbose:
             console.print(f"[dim]{skipped} matched nodes not compared (-v lists them and why)[/]")
     for line in filter(None, (tolerance_line(rep), prompt_line(rep))):
         console.print(f"[dim]{line}[/]", highlight=False)
+    if rep.reference is not None:
+        from .reference import reference_lines
+
+        for line in reference_lines(rep.reference):
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
     limit = None if verbose else LIST_LIMIT
-    for u in [] if quiet else rep.only[:limit]:
+    drift = rep.model is not None and not verbose  # two builds' graphs differ: nodes of one dump only are expected
+    if drift and rep.only and not quiet:
+        console.print(f"[dim]{len(rep.only)} nodes in one dump only, where the builds' graphs differ (-v lists "
+                      "them)[/]")
+    for u in [] if quiet or drift else rep.only[:limit]:
         console.print(f"only in {u.side.upper()}: eval {u.evaluation} {u.role.group} {u.role.name} "
                       f"'{u.node.name}' (line {u.node.line}, {u.node.op})", style="yellow", markup=False,
                       highlight=False, soft_wrap=True)
-    if limit is not None and len(rep.only) > limit and not quiet:
+    if limit is not None and len(rep.only) > limit and not quiet and not drift:
         console.print(f"[yellow]... and {len(rep.only) - limit} more nodes in one dump only (-v or --json)[/]")
     for nd in rep.diverged[:limit]:
         console.print(divergence_line(nd, rep.tolerance.nmse), style="red", markup=False, highlight=False,
@@ -157,6 +206,10 @@ def _node(nd: NodeDiff) -> dict:
                                                                "new": json_number(nd.worst_new)},
         "sum": None if s is None else {"old": s.old, "new": s.new, "diff": s.diff, "tolerance": s.tol,
                                        "passed": s.passed},
+        "position": position(nd) if nd.worst and not nd.skipped else None,
+        "drift": None if nd.skipped or not nd.roundings and not nd.drift else {
+            "roundings": nd.roundings, "scale": json_number(nd.scale), "scale_of": nd.scale_kind,
+            "drift": json_number(nd.drift), "allowed": json_number(nd.allowed)},
     }
 
 
@@ -170,8 +223,12 @@ def diff_dict(rep: DiffReport) -> dict:
         "schema": SCHEMA, "kind": "diff", "tool": "attncheck", "version": __version__,
         "old": rep.old, "new": rep.new, "prefix": rep.prefix,
         "verdict": rep.verdict, "exit_code": rep.exit_code, "error": rep.error or None,
-        "tolerance": {"mode": "nmse" if t.nmse else "elementwise", "atol": t.atol, "rtol": t.rtol,
-                      "origin": t.origin, "nmse_max": {**NMSE_MAX, "other": NMSE_OTHER} if t.nmse else None},
+        "tolerance": {"mode": "nmse" if t.nmse else "drift" if rep.model is not None else "elementwise",
+                      "atol": t.atol, "rtol": t.rtol, "origin": t.origin,
+                      "nmse_max": {**NMSE_MAX, "other": NMSE_OTHER} if t.nmse else None,
+                      "drift_model": None if rep.model is None else rep.model.to_dict()},
+        "drift_per_layer": [ld.to_dict() for ld in per_layer(rep)] if rep.model is not None else None,
+        "reference": None if rep.reference is None else rep.reference.to_dict(),
         "prompt": {"relation": rep.prompt or None, "compared": rep.prompt in ("same", "prefix"),
                    "note": rep.prompt_note or None,
                    "tokens": [{"old": None if a is None else list(a), "new": None if b is None else list(b)}

@@ -1,0 +1,101 @@
+"""One matched node's printed elements, measured: the largest difference and where, NMSE, its scale and drift
+under the drift model, the tolerance it would have needed, and its `sum =` lines."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import precision
+from ..dump.graph import Evaluation
+from ..dump.sample import Sample, parse_sample
+from ..errors import DumpError
+from .align import Aligned
+from .drift import SOURCE_OF, elementwise
+from .nodes import SLACK, NodeDiff, SumDiff, Tolerance
+
+
+def store_scales(ev: Evaluation, roles, source: str) -> dict[tuple, float]:
+    """(layer, k_store | v_store) → the rms of the values it writes, read from its source or the cache view (a
+    cache write prints a handful of values, too few for a scale of their own)."""
+    out: dict[tuple, float] = {}
+    for layer, r in enumerate(roles.layers):
+        for store, sources in SOURCE_OF.items():
+            if store not in r:
+                continue
+            for name in sources:
+                n = r.get(name)
+                if n is None or n.quantized or n.cut:
+                    continue
+                try:
+                    v = parse_sample(n, source).values
+                except DumpError:
+                    continue
+                v = v[np.isfinite(v)]
+                if v.size:
+                    out[(layer, store)] = max(out.get((layer, store), 0.0), float(np.sqrt(np.mean(v ** 2))))
+    return out
+
+
+def measure(nd: NodeDiff, al: Aligned, tol: Tolerance, scale_floor: float = 0.0) -> None:
+    """max abs/rel error, NMSE, the worst element and the tolerance that would have been needed; under the drift
+    model, the node's scale (its printed rms, or the elements' own size for softmax weights; a cache write's is
+    at least its source's, scale_floor) and its drift beyond print precision relative to it."""
+    a, b = al.old, al.new
+    fin = np.isfinite(a) & np.isfinite(b)
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        err = np.where(same, 0.0, np.where(fin, np.abs(b - a), np.inf))
+        mag = np.where(fin, np.maximum(np.abs(a), np.abs(b)), 0.0)
+        nd.scale = max(float(np.sqrt(np.mean((a[fin] ** 2 + b[fin] ** 2) / 2))) if fin.any() else 0.0, scale_floor)
+        t = tol.atol + tol.rtol * mag
+        size = mag if elementwise(nd.role.name) else np.full_like(mag, nd.scale)
+        over = np.maximum(err - t, 0.0)
+        beyond = np.where(size > 0, over / np.where(size > 0, size, 1.0), np.where(over > 0, np.inf, 0.0))
+        nd.drift = float(np.max(beyond)) if len(beyond) else 0.0
+        t = t + nd.allowed * size
+        ratio = np.where(err == 0, 0.0, err / t)
+        rel = np.where(err == 0, 0.0, err / mag)
+        num, den = float(np.sum((b - a)[fin] ** 2)), float(np.sum(b[fin] ** 2))
+        need_r = np.where(err <= tol.atol, 0.0, (err - tol.atol) / mag)
+    w = int(np.argmax(ratio))
+    nd.compared = len(a)
+    nd.failed = int(np.count_nonzero(~(err <= t + SLACK)))
+    nd.max_abs, nd.max_rel = float(err.max()), float(rel.max())
+    nd.nmse = np.inf if not fin.all() and not same.all() else (num / den if den > 0 else (0.0 if num == 0 else np.inf))
+    nd.tol, nd.ratio = float(t[w]), float(ratio[w])
+    nd.needed_atol = float(np.max(np.maximum(err - tol.rtol * mag, 0.0)))
+    nd.needed_rtol = float(need_r.max())
+    nd.worst, nd.worst_old, nd.worst_new = al.where(w), float(a[w]), float(b[w])
+    if tol.nmse:
+        nd.nmse_max = tol.nmse_max(nd.new.op)
+        nd.ratio = nd.nmse / nd.nmse_max if nd.nmse else 0.0
+
+
+def full_sum(s: Sample) -> bool:
+    """The `sum =` line is of the whole tensor: nothing elided, or too far from the printed values' sum for a sum
+    of printed values only (llama.cpp before PR #15637)."""
+    if s.complete:
+        return True
+    for block, total in zip(s.values, s.sums):
+        printed = float(np.nansum(block))
+        slack = block.size * precision.PRINT + precision.SUM_PRINT + 1e-6 * float(np.nansum(np.abs(block)))
+        if not abs(total - printed) > slack:
+            return False
+    return True
+
+
+def sum_diff(sa: Sample, sb: Sample, tol: Tolerance, drift: float = 0.0) -> SumDiff | None:
+    """Sums of equal-ne full tensors: 2·5e-7 for the two `%f` prints, n·sum_atol, plus rtol and f32 accumulation
+    (n·2^-24, FORMAT.md §3) of Σ|x|, estimated as n times the mean printed |x|; plus n times the drift each element
+    may show (drift model)."""
+    if not (full_sum(sa) and full_sum(sb)):
+        return None
+    n0, n1, n2, _ = sa.node.ne
+    n = n0 * n1 * n2
+    worst: SumDiff | None = None
+    for i, (x, y) in enumerate(zip(sa.sums, sb.sums)):
+        with np.errstate(invalid="ignore"):
+            mag = n * max(float(np.nanmean(np.abs(sa.values[i]))), float(np.nanmean(np.abs(sb.values[i]))), 0.0)
+        d = SumDiff(x, y, 2 * precision.SUM_PRINT + n * (tol.sum_atol + drift) + (tol.rtol + n * precision.F32) * mag)
+        if worst is None or d.diff / d.tol > worst.diff / worst.tol:
+            worst = d
+    return worst

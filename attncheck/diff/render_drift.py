@@ -1,0 +1,82 @@
+"""The drift verdict for people: per layer the largest drift between the two builds and how much of its allowance
+it took, and the verdict line (drift between correct builds, or the first node beyond it)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich import box
+from rich.table import Table
+
+from .compare import DiffReport, NodeDiff
+
+
+@dataclass
+class LayerDrift:
+    """One layer (input and output are their own) over every evaluation: its largest drift and largest need."""
+
+    group: str
+    nodes: int = 0
+    beyond: int = 0  # nodes beyond the drift of correct builds
+    largest: NodeDiff | None = None  # the node with the largest drift (fraction of its scale)
+    worst: NodeDiff | None = None  # the node closest to (or furthest beyond) its allowance
+
+    def to_dict(self) -> dict:
+        def ref(nd: NodeDiff | None) -> dict | None:
+            return None if nd is None else {
+                "evaluation": nd.evaluation, "role": nd.role.name, "node": nd.new.name, "line": nd.new.line,
+                "drift": nd.drift, "allowed": nd.allowed, "roundings": nd.roundings, "ratio": nd.ratio}
+        return {"layer": self.group, "nodes": self.nodes, "beyond": self.beyond, "largest_drift": ref(self.largest),
+                "closest_to_allowance": ref(self.worst)}
+
+
+def per_layer(rep: DiffReport) -> list[LayerDrift]:
+    """Per layer, in graph order: the largest drift (relative to each node's scale) and the largest need."""
+    out: dict[str, LayerDrift] = {}
+    for nd in rep.compared:
+        ld = out.setdefault(nd.role.group, LayerDrift(nd.role.group))
+        ld.nodes += 1
+        ld.beyond += nd.diverged
+        if ld.largest is None or nd.drift > ld.largest.drift:
+            ld.largest = nd
+        if ld.worst is None or nd.ratio > ld.worst.ratio:
+            ld.worst = nd
+    return list(out.values())
+
+
+def drift_table(rep: DiffReport) -> Table:
+    t = Table(title=f"diff {rep.old} → {rep.new}: drift per layer (every evaluation)", title_justify="left",
+              header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col, right in (("layer", False), ("nodes", True), ("largest drift", True), ("in", False),
+                       ("allowed there", True), ("worst |Δ|/tol", True), ("at", False), ("", False)):
+        t.add_column(col, justify="right" if right else "left", no_wrap=col not in ("in", "at"))
+    for ld in per_layer(rep):
+        big, worst = ld.largest, ld.worst
+        status = f"[bold red]{ld.beyond} BEYOND[/]" if ld.beyond else "[green]drift[/]"
+        t.add_row(ld.group.replace("layer ", ""), str(ld.nodes), f"{big.drift:.1e}", big.role.name,
+                  f"{big.allowed:.1e}", f"{worst.ratio:.2f}", _name(worst), status)
+    return t
+
+
+def _name(nd: NodeDiff) -> str:
+    return f"{nd.role.name} '{nd.new.name}'" + (f" (eval {nd.evaluation})" if nd.evaluation else "")
+
+
+def drift_verdict(rep: DiffReport, where, at) -> str:
+    """DRIFT (exit 0) naming the layer that came closest to its allowance, or REGRESSION (exit 1) naming the first
+    node beyond drift, its layer, head and position."""
+    t = rep.totals()
+    pair = f"{rep.old} → {rep.new}"
+    only = f"; {t['only_old'] + t['only_new']} nodes in one dump only" if rep.only else ""
+    first = rep.first_divergent
+    if first is None:
+        worst = max(rep.compared, key=lambda n: n.ratio)
+        closest = (f"closest to its allowance: {where(worst)} '{worst.new.name}' ({worst.ratio:.2f} of it)"
+                   if worst.max_abs > 0 else "every printed element is the same")
+        return (f"DRIFT diff {pair}: {t['compared']} nodes ({t['elements_compared']} printed elements) within the "
+                f"drift of correct builds in {t['tests']} evaluation×layer tests; {closest}{only}")
+    return (f"REGRESSION diff {pair}: first node beyond the drift of correct builds: {where(first)} "
+            f"'{first.new.name}' (NEW line {first.new.line}) at {at(first.worst, first.n_past)}: "
+            f"{first.worst_old:.4f} → {first.worst_new:.4f}, |Δ| {abs(first.worst_new - first.worst_old):.1e} > "
+            f"{first.tol:.1e} allowed; "
+            f"{t['diverged']} of {t['compared']} nodes beyond drift, in {t['tests_failed']} of {t['tests']} "
+            f"evaluation×layer tests{only}")

@@ -8,9 +8,11 @@ install:
 test:
 	$(PYTHON) -m pytest -q --ignore=tests/e2e
 
-# llama.cpp's llama-eval-callback, built once into a cache folder outside the repository (about 4 minutes on 2 cores)
+# llama.cpp's llama-eval-callback, today's and August 2024's (for the upgrade tests of `attncheck diff`), each built
+# once into a cache folder outside the repository (about 4 and 3.5 minutes on 2 cores)
 llama:
 	scripts/build_llama.sh
+	scripts/build_llama.sh 0.2.90
 
 # the HTML page's browser test: Debian's Chromium and its driver (installed as root when missing), and selenium to
 # drive them from Python (a test-only dependency: attncheck itself never imports it)
@@ -20,11 +22,15 @@ browser:
 	@$(PYTHON) -c "import selenium" 2>/dev/null || \
 	  $(PYTHON) -m pip install --quiet --disable-pip-version-check 'selenium>=4.11'
 
-# end to end: the real binary piped into attncheck (builds it first when the cache folder has none), and the HTML
-# page in headless Chromium
+# end to end: the real binaries piped into attncheck (builds them first when the cache folder has none), the HTML
+# page in headless Chromium, and the upgrade gate between the two builds on SmolLM2 (fetched once into the cache
+# folder) and random-weight models
 e2e: browser
-	bin="$$(scripts/build_llama.sh)" && bin="$$(printf '%s\n' "$$bin" | tail -n 1)" && test -x "$$bin" && \
-	LLAMA_EVAL_CALLBACK="$$bin" ATTNCHECK_BROWSER_REQUIRED=1 $(PYTHON) -m pytest -q tests/e2e
+	bin="$$(scripts/build_llama.sh | tail -n 1)" && test -x "$$bin" && \
+	old="$$(scripts/build_llama.sh 0.2.90 | tail -n 1)" && test -x "$$old" && \
+	smollm2="$$(scripts/fetch_smollm2.sh | tail -n 1)" && test -f "$$smollm2" && \
+	LLAMA_EVAL_CALLBACK="$$bin" LLAMA_EVAL_CALLBACK_OLD="$$old" ATTNCHECK_SMOLLM2="$$smollm2" \
+	ATTNCHECK_BROWSER_REQUIRED=1 $(PYTHON) -m pytest -q tests/e2e
 
 bench:
 	$(PYTHON) bench/bench.py

@@ -99,8 +99,13 @@ def test_diff_with_model_catches_a_moved_score(tmp_path):
     layers = [x for x in r.json()["reference"]["layers"] if x["regression"]]
     assert [(x["evaluation"], x["layer"]) for x in layers] == [(0, 0)]
     assert "kq-0" in layers[0]["new"] and "head 0, query 2, slot 1, position 2" in layers[0]["new"]
-    text = run("diff", OLD, edit.path, "--model", LLAMA)
+    text = run("diff", OLD, edit.path, "--model", LLAMA, "--junit", tmp_path / "diff.xml")
     assert "REGRESSION diff" in text.out and "leaves the model's reference where OLD does not" in text.out
+    import xml.etree.ElementTree as ET
+
+    cases = {c.get("name"): c for c in ET.parse(tmp_path / "diff.xml").getroot().iter("testcase")}
+    assert "leaves the model's reference" in cases["eval 0 layer 0"].find("failure").get("message")
+    assert cases["eval 0 layer 1"].find("failure") is None
 
 
 def test_diff_with_model_keeps_the_drift_verdict_where_the_reference_is_looser(tmp_path):

@@ -46,23 +46,22 @@ class DiffReport:
 
     @property
     def diverged(self) -> list[NodeDiff]:
-        return [n for n in self.nodes if n.diverged]
-
-    @property
-    def beyond_drift(self) -> list[NodeDiff]:
         """Nodes beyond the tolerance, less those in a layer where --model shows OLD off the reference and NEW on
         it (an upgrade that fixed what the old build got wrong)."""
+        return [n for n in self.nodes if self._counts(n)]
+
+    def _counts(self, n: NodeDiff) -> bool:
         ref = self.reference
-        return [n for n in self.diverged if ref is None or not ref.fixed(n.evaluation, n.role.layer)]  # type: ignore
+        return n.diverged and (ref is None or not ref.fixed(n.evaluation, n.role.layer))  # type: ignore
 
     @property
     def first_divergent(self) -> NodeDiff | None:
-        return next((n for n in self.nodes if n.diverged), None)
+        return next((n for n in self.nodes if self._counts(n)), None)
 
     @property
     def first_computed(self) -> NodeDiff | None:
         """The first divergent node that computes (not a view or a cache write of values computed before)."""
-        return next((n for n in self.nodes if n.diverged and n.new.op not in NOT_COMPUTING), None)
+        return next((n for n in self.nodes if self._counts(n) and n.new.op not in NOT_COMPUTING), None)
 
     @property
     def exit_code(self) -> int:
@@ -72,7 +71,7 @@ class DiffReport:
         if ref is not None and ref.error:  # type: ignore[attr-defined]
             return EXIT_INPUT
         if ref is not None and ref.forward:  # type: ignore[attr-defined]
-            if ref.regression is not None or self.beyond_drift:  # type: ignore[attr-defined]
+            if ref.regression is not None or self.diverged:  # type: ignore[attr-defined]
                 return EXIT_FAIL
             return EXIT_PASS if self.compared else EXIT_UNVERIFIED
         if self.diverged:
@@ -102,7 +101,7 @@ class DiffReport:
             "only_old": sum(u.side == "old" for u in self.only),
             "only_new": sum(u.side == "new" for u in self.only),
             "tests": len(g),
-            "tests_failed": sum(any(n.diverged for n in ns) for ns in g),
+            "tests_failed": sum(any(self._counts(n) for n in ns) for ns in g),
             "tests_skipped": sum(all(n.skipped for n in ns) for ns in g),
         }
 
@@ -195,7 +194,7 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
     ka, kb = (roundings(ea), roundings(eb)) if rep.model is not None else ({}, {})
     by_key = {rb.role(n).key: n for n in eb.nodes}
     matched: set[int] = set()
-    floors = store_scales(eb, rb, src_b) if rep.model is not None else {}
+    floors = store_scales(ea, ra, src_a) if rep.model is not None else {}
     T_short = min(t for t in (ea.T, eb.T) if t is not None) if (ea.T or eb.T) is not None else None
     for a in ea.nodes:
         role = ra.role(a)

@@ -18,11 +18,15 @@ def diff_xml(rep: DiffReport) -> ET.ElementTree:
     if rep.error:
         add_case(suite, cls, "inputs", "error", rep.error)
         return finish_tree(root)
+    ref = rep.reference if rep.reference is not None and rep.reference.forward else None
+    left = {(lr.evaluation, f"layer {lr.layer}"): lr for lr in (ref.layers if ref else []) if lr.regression}
+    counted = {id(n) for n in rep.diverged}
     for (ev, group), nodes in rep.groups().items():
         name = f"eval {ev} {group}"
-        bad = [n for n in nodes if n.diverged]
-        if bad:
-            lines = [divergence_line(n, rep.tolerance.nmse) for n in bad]
+        lines = [f"NEW leaves the model's reference where OLD does not: {left[(ev, group)].where('new')}"
+                 ] if (ev, group) in left else []
+        lines += [divergence_line(n, rep.tolerance.nmse) for n in nodes if id(n) in counted]
+        if lines:
             add_case(suite, cls, name, "failure", lines[0], "\n".join(lines))
         elif all(n.skipped for n in nodes):
             add_case(suite, cls, name, "skipped", "; ".join(sorted({n.skipped for n in nodes})))

@@ -37,15 +37,16 @@ def store_scales(ev: Evaluation, roles, source: str) -> dict[tuple, float]:
 
 def measure(nd: NodeDiff, al: Aligned, tol: Tolerance, scale_floor: float = 0.0) -> None:
     """max abs/rel error, NMSE, the worst element and the tolerance that would have been needed; under the drift
-    model, the node's scale (its printed rms, or the elements' own size for softmax weights; a cache write's is
-    at least its source's, scale_floor) and its drift beyond print precision relative to it."""
+    model, the node's scale (OLD's rms over the elements printed in both, or the elements' own size for softmax
+    weights; a cache write's is at least its source's, scale_floor) and its drift beyond print precision relative to it."""
     a, b = al.old, al.new
     fin = np.isfinite(a) & np.isfinite(b)
     same = (a == b) | (np.isnan(a) & np.isnan(b))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         err = np.where(same, 0.0, np.where(fin, np.abs(b - a), np.inf))
         mag = np.where(fin, np.maximum(np.abs(a), np.abs(b)), 0.0)
-        nd.scale = max(float(np.sqrt(np.mean((a[fin] ** 2 + b[fin] ** 2) / 2))) if fin.any() else 0.0, scale_floor)
+        # OLD's rms (the build trusted so far): a value moved in NEW does not widen its own tolerance
+        nd.scale = max(float(np.sqrt(np.mean(a[fin] ** 2))) if fin.any() else 0.0, scale_floor)
         t = tol.atol + tol.rtol * mag
         size = mag if elementwise(nd.role.name) else np.full_like(mag, nd.scale)
         over = np.maximum(err - t, 0.0)

@@ -176,7 +176,7 @@ def check_sides(rep: DiffReport, model: str) -> ReferenceDiff:
 def reference_verdict(rep: DiffReport, pair: str) -> str:
     """The verdict of diff --model: the reference's, with the drift model's count beside it."""
     ref: ReferenceDiff = rep.reference  # type: ignore[assignment]
-    beyond = rep.beyond_drift
+    beyond = rep.diverged
     first = ref.regression
     if first is not None:
         drift = f"; {len(beyond)} nodes beyond the drift of correct builds" if beyond else ""

@@ -32,10 +32,11 @@ class LayerDrift:
 def per_layer(rep: DiffReport) -> list[LayerDrift]:
     """Per layer, in graph order: the largest drift (relative to each node's scale) and the largest need."""
     out: dict[str, LayerDrift] = {}
+    counted = {id(n) for n in rep.diverged}
     for nd in rep.compared:
         ld = out.setdefault(nd.role.group, LayerDrift(nd.role.group))
         ld.nodes += 1
-        ld.beyond += nd.diverged
+        ld.beyond += id(nd) in counted
         if ld.largest is None or nd.drift > ld.largest.drift:
             ld.largest = nd
         if ld.worst is None or nd.ratio > ld.worst.ratio:
@@ -46,19 +47,19 @@ def per_layer(rep: DiffReport) -> list[LayerDrift]:
 def drift_table(rep: DiffReport) -> Table:
     t = Table(title=f"diff {rep.old} → {rep.new}: drift per layer (every evaluation)", title_justify="left",
               header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col, right in (("layer", False), ("nodes", True), ("largest drift", True), ("in", False),
-                       ("allowed there", True), ("worst |Δ|/tol", True), ("at", False), ("", False)):
-        t.add_column(col, justify="right" if right else "left", no_wrap=col not in ("in", "at"))
+    for col, right in (("layer", False), ("nodes", True), ("largest drift (of rms)", True), ("in", False),
+                       ("allowed there", True), ("closest to its allowance", False), ("|Δ|/tol", True), ("", False)):
+        t.add_column(col, justify="right" if right else "left", no_wrap=True)
     for ld in per_layer(rep):
         big, worst = ld.largest, ld.worst
         status = f"[bold red]{ld.beyond} BEYOND[/]" if ld.beyond else "[green]drift[/]"
         t.add_row(ld.group.replace("layer ", ""), str(ld.nodes), f"{big.drift:.1e}", big.role.name,
-                  f"{big.allowed:.1e}", f"{worst.ratio:.2f}", _name(worst), status)
+                  f"{big.allowed:.1e}", _name(worst), f"{worst.ratio:.2f}", status)
     return t
 
 
 def _name(nd: NodeDiff) -> str:
-    return f"{nd.role.name} '{nd.new.name}'" + (f" (eval {nd.evaluation})" if nd.evaluation else "")
+    return nd.role.name + (f" (eval {nd.evaluation})" if nd.evaluation else "")
 
 
 def drift_verdict(rep: DiffReport, where, at) -> str:

@@ -39,8 +39,8 @@ LONG = ("The history of the old harbour town began in the twelfth century, when 
         "on the banks of the wide river. Over the following centuries it grew into a busy port that traded wool, salt "
         "and timber with merchants from many distant lands.")
 ATTEMPTS = 5  # today's logger loses the tail of its output at exit now and then: such a run is made again
-# measured (scripts/drift_calibrate.py --moves): on SmolLM2 the drift model holds a value of layer 20 to about
-# 1.0 of its node's rms (Qcur 0.98, kq 0.99), on the 16-layer F16 random llama a value of layer 12 to 0.04 of it
+# measured (scripts/drift_calibrate.py --moves): on SmolLM2 the drift model holds a value of layer 20 within 0.91
+# of its node's rms (Qcur and kq alike), on the 16-layer F16 random llama a value of layer 12 within 0.04 of it
 MOVES = {"smollm2": 1.2, "llama-deep": 0.08}
 
 
@@ -93,22 +93,28 @@ def smollm2() -> Path:
     return Path(SMOLLM2)
 
 
-def _rms(edit: DumpEdit, name: str, occurrence: int) -> float:
-    n0, n1, n2, _ = edit.node(name, occurrence).ne
-    v = [edit.get(name, (i2, i1, i0), occurrence) for i2 in printed(n2) for i1 in printed(n1) for i0 in printed(n0)]
-    return math.sqrt(sum(x * x for x in v) / len(v))
-
-
 def _occurrence(edit: DumpEdit, name: str, op: str) -> int:
     return next(i for i, line in enumerate(edit.headers(name)) if f" {op}(" in edit.lines[line])
 
 
-def moved(new: Path, tmp: Path, name: str, op: str, index: tuple[int, int, int], by: float | None = None,
+def _rms(old: DumpEdit, new: DumpEdit, name: str, op: str) -> float:
+    """The rms of OLD's values of the node at the places printed in both dumps (a 2024 KV view of 32 slots and
+    today's of 256 share slots 0..2 only)."""
+    a, b = old.node(name, _occurrence(old, name, op)).ne, new.node(name, _occurrence(new, name, op)).ne
+    both = [sorted(set(printed(x)) & set(printed(y))) for x, y in zip(a[:3], b[:3])]
+    occ = _occurrence(old, name, op)
+    v = [old.get(name, (i2, i1, i0), occ) for i2 in both[2] for i1 in both[1] for i0 in both[0]]
+    return math.sqrt(sum(x * x for x in v) / len(v))
+
+
+def moved(old: Path, new: Path, tmp: Path, name: str, op: str, index: tuple[int, int, int], by: float | None = None,
           rms: float | None = None) -> Path:
-    """A copy of NEW with one value of node `name` (the one of op `op`) moved by `by`, or by `rms` of its rms."""
+    """A copy of NEW with one value of node `name` (the one of op `op`) moved by `by`, or by `rms` times OLD's rms
+    of the node."""
     edit = DumpEdit(new, tmp / f"{new.stem}.{name}.moved.txt")
-    occ = _occurrence(edit, name, op)
-    edit.add(name, index, by if by is not None else rms * _rms(edit, name, occ), occ)
+    if by is None:
+        by = rms * _rms(DumpEdit(old, tmp / "unused.txt"), edit, name, op)
+    edit.add(name, index, by, _occurrence(edit, name, op))
     return edit.save()
 
 
@@ -134,13 +140,13 @@ def test_smollm2_builds_drift(smollm2, tmp_path, name, prompt, flags):
 def test_smollm2_moved_values_are_regressions(smollm2, tmp_path):
     old, new = pair(tmp_path, "cat", smollm2, CAT)
     # kqv-0 {64, 11, 9, 1}: (i2, i1, i0) = (head 7, query 9, dim 62)
-    code, doc, _ = attncheck("diff", old, moved(new, tmp_path, "kqv-0", "MUL_MAT", (7, 9, 62), by=0.01))
+    code, doc, _ = attncheck("diff", old, moved(old, new, tmp_path, "kqv-0", "MUL_MAT", (7, 9, 62), by=0.01))
     first = doc["first_divergent"]
     assert code == 1 and (first["layer"], first["role"], first["new"]["name"]) == (0, "kqv", "kqv-0")
     assert first["worst"]["at"] == {"head": 7, "query": 9, "dim": 62} and first["position"] == 9
     for name, op, index, axes in (("Qcur-20", "ROPE", (10, 7, 2), ("token", "head", "dim")),
                                   ("kq-20", "MUL_MAT", (8, 10, 1), ("head", "query", "slot"))):
-        code, doc, _ = attncheck("diff", old, moved(new, tmp_path, name, op, index, rms=MOVES["smollm2"]))
+        code, doc, _ = attncheck("diff", old, moved(old, new, tmp_path, name, op, index, rms=MOVES["smollm2"]))
         first = doc["first_divergent"]
         assert code == 1 and (first["layer"], first["new"]["name"]) == (20, name), doc.get("first_divergent")
         assert first["worst"]["at"] == dict(zip(axes, index))
@@ -171,10 +177,11 @@ def test_phi3_window_is_a_real_change(models, tmp_path):
 def test_random_moved_values_are_regressions(models, tmp_path):
     old, new = pair(tmp_path, "cat", models / "llama-deep.gguf", CAT)
     assert attncheck("diff", old, new)[0] == 0
-    code, doc, _ = attncheck("diff", old, moved(new, tmp_path, "kqv-0", "MUL_MAT", (1, 10, 30), by=0.01))
+    # this model's kqv is 40 times SmolLM2's (rms ~1): its f16 activations let layer 0 drift by up to 3e-3 of that
+    code, doc, _ = attncheck("diff", old, moved(old, new, tmp_path, "kqv-0", "MUL_MAT", (1, 10, 30), rms=0.05))
     assert code == 1 and doc["first_divergent"]["new"]["name"] == "kqv-0"
     for name, op, index in (("Qcur-12", "ROPE", (10, 7, 2)), ("kq-12", "MUL_MAT", (7, 10, 1))):
-        code, doc, _ = attncheck("diff", old, moved(new, tmp_path, name, op, index, rms=MOVES["llama-deep"]))
+        code, doc, _ = attncheck("diff", old, moved(old, new, tmp_path, name, op, index, rms=MOVES["llama-deep"]))
         assert code == 1 and (doc["first_divergent"]["layer"], doc["first_divergent"]["new"]["name"]) == (12, name)
 
 

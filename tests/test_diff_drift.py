@@ -146,3 +146,10 @@ def test_roundings_are_counted_on_the_graph():
 def test_exact_and_nmse_exclude_each_other():
     r = run("diff", OLD_LLAMA, NEW_LLAMA, "--exact", "--nmse")
     assert r.code == 2 and "Traceback" not in r.err
+
+
+def test_html_page_shows_drift_and_allowance(tmp_path):
+    out = tmp_path / "diff.html"
+    assert run("diff", PHI3_OLD, PHI3_NEW, "-q", "--html", out).code == 1
+    page = out.read_text()
+    assert "drift / allowed (of its scale)" in page and "kq_soft_max-0" in page and "REGRESSION diff" in page

@@ -195,7 +195,7 @@ def test_inspect_writes_the_one_head_view(tmp_path):
 
 def test_diff_writes_the_nodes_along_the_graph_with_the_first_divergent_marked(tmp_path):
     out, doc = tmp_path / "diff.html", tmp_path / "diff.json"
-    r = run("diff", FIXTURES / "gpt2-how-are-you.txt", FIXTURES / "gpt2-kv-f32.txt", "-q", "--html", out,
+    r = run("diff", FIXTURES / "gpt2-how-are-you.txt", FIXTURES / "gpt2-kv-f32.txt", "--exact", "-q", "--html", out,
             "--json", doc)
     assert r.code == 1, r.err
     report = json.loads(doc.read_text())

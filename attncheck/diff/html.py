@@ -24,8 +24,10 @@ def _bar(nd: NodeDiff) -> str:
 
 
 def _title(nd: NodeDiff) -> str:
+    need = (f"drift {nd.drift:.1e} of its scale, {nd.allowed:.1e} allowed" if nd.roundings else
+            f"needs atol {nd.needed_atol:.1e}")
     return (f"eval {nd.evaluation} {nd.role.group} {nd.role.name} '{nd.new.name}': |Δ| {nd.max_abs:.1e}, "
-            f"needs atol {nd.needed_atol:.1e} (|Δ|/tolerance {_ratio(nd):.2g})")
+            f"{need} (|Δ|/tolerance {_ratio(nd):.2g})")
 
 
 def _mark(nd: NodeDiff, rep: DiffReport) -> str:
@@ -45,14 +47,16 @@ def strip(nodes: list[tuple[int, NodeDiff]], rep: DiffReport) -> str:
 
 
 def node_rows(nodes: list[tuple[int, NodeDiff]], rep: DiffReport) -> str:
-    need = "NMSE" if rep.tolerance.nmse else "needed atol"
+    drift = rep.model is not None
+    need = "NMSE" if rep.tolerance.nmse else "drift / allowed (of its scale)" if drift else "needed atol"
     head = "".join(f"<th>{esc(h)}</th>" for h in ("#", "where", "role", "node (OLD → NEW)", "lines", "op",
                                                    "compared", "max |Δ|", need, "|Δ| / tolerance", "", ""))
     rows = []
     for i, nd in nodes:
         old, new = nd.old.name, nd.new.name
         names = old if old == new else f"{old} → {new}"
-        figure = f"{nd.nmse:.1e}" if rep.tolerance.nmse else f"{nd.needed_atol:.1e}"
+        figure = (f"{nd.nmse:.1e}" if rep.tolerance.nmse else f"{nd.drift:.1e} / {nd.allowed:.1e}" if drift
+                  else f"{nd.needed_atol:.1e}")
         cls = " ".join(c for c in ("first" if nd is rep.first_divergent else "",
                                    "diverged" if nd.diverged else "") if c)
         cells = (str(i), f"eval {nd.evaluation} {nd.role.group}", nd.role.name, names,

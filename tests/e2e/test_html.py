@@ -218,7 +218,7 @@ def test_inspect_page_opens_on_its_head(browser, tmp_path):
 def test_diff_page_links_the_first_divergent_node(browser, tmp_path):
     out = tmp_path / "diff.html"
     fixtures = ROOT / "fixtures"
-    page("diff", fixtures / "gpt2-how-are-you.txt", fixtures / "gpt2-kv-f32.txt", "-q", "--html", out, code=1)
+    page("diff", fixtures / "gpt2-how-are-you.txt", fixtures / "gpt2-kv-f32.txt", "--exact", "-q", "--html", out, code=1)
     open_page(browser, out)
     (first,) = css(browser, ".strip a.first")
     first.click()

@@ -296,9 +296,8 @@ def qkv_fused(m, p, n_embd, n_q, n_kv, std, bias=False):
 # architectures: each writes OUTDIR/<name>.gguf and returns the list of paths
 
 
-def llama(out):
-    L, E, H, HKV, D, F = 2, 128, 4, 2, 32, 256
-    m = Model(f"{out}/llama.gguf", "llama", "llama")
+def llama(out, L=2, E=128, H=4, HKV=2, D=32, F=256, name="llama"):
+    m = Model(f"{out}/{name}.gguf", "llama", name)
     base_hparams(m.w, L, E, H, HKV, F)
     m.w.add_rope_dimension_count(D)
     m.w.add_rope_freq_base(10000.0)
@@ -316,10 +315,10 @@ def llama(out):
     return [m.path]
 
 
-def gpt2(out):
-    L, E, H, F = 2, 128, 4, 512
+def gpt2(out, L=2, E=128, H=4, F=512, name="gpt2", output=False):
+    """output: write output.weight (the 2024 llama.cpp requires it; today's falls back to token_embd)."""
     D = E // H
-    m = Model(f"{out}/gpt2.gguf", "gpt2", "gpt2")
+    m = Model(f"{out}/{name}.gguf", "gpt2", name)
     base_hparams(m.w, L, E, H, H, F, rms=False)
     nv = add_gpt2_vocab(m.w)
     m.tensor("token_embd.weight", (E, nv), 0.5)
@@ -332,6 +331,8 @@ def gpt2(out):
         m.norm(p + "ffn_norm", E, bias=True)
         ffn_gelu(m, p, E, F)
     m.norm("output_norm", E, bias=True)
+    if output:
+        m.mat("output.weight", E, nv, 0.05)
     m.write()
     return [m.path]
 

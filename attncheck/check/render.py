@@ -297,8 +297,7 @@ def coverage_lines(report: Report) -> list[str]:
 
 
 TOKENS_FROM = {"embeddings": "the log printed none: looked up from its printed embedding rows in the model's "
-                             "token_embd.weight", "--tokens": "given with --tokens",
-               "other dump": "the log printed none: taken from the other dump of the pair"}
+                             "token_embd.weight", "--tokens": "given with --tokens"}
 
 
 def model_checked(report: Report) -> bool:

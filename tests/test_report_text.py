@@ -55,13 +55,13 @@ def test_a_cut_failure_list_says_how_many_more_and_where():
 
 
 def test_diff_quiet_says_how_many_divergences_it_left_out():
-    r = run("diff", FIXTURES / "gpt2-how-are-you.txt", FIXTURES / "gpt2-kv-f32.txt", "-q")
+    r = run("diff", FIXTURES / "gpt2-how-are-you.txt", FIXTURES / "gpt2-kv-f32.txt", "--exact", "-q")
     lines = r.out.splitlines()
     listed = [line for line in lines if line.startswith("eval ")]
     assert len(listed) == 20
     assert "... and 31 more divergent nodes (-v or --json lists them all)" in lines
     assert lines[-1].startswith("FAIL diff") and "51 of 70 nodes differ" in lines[-1]
-    everything = run("diff", FIXTURES / "gpt2-how-are-you.txt", FIXTURES / "gpt2-kv-f32.txt", "-q", "-v").out
+    everything = run("diff", FIXTURES / "gpt2-how-are-you.txt", FIXTURES / "gpt2-kv-f32.txt", "--exact", "-q", "-v").out
     assert len([line for line in everything.splitlines() if line.startswith("eval ")]) == 51
 
 

@@ -95,7 +95,8 @@ def test_inspect_keeps_its_numbers_and_verdicts(columns):
 
 @pytest.mark.parametrize("columns", [80, 60])
 def test_diff_keeps_each_nodes_verdict(columns):
-    code, lines = in_terminal(columns, "diff", FIXTURES / "gpt2-how-are-you.txt", FIXTURES / "gpt2-kv-f32.txt")
+    code, lines = in_terminal(columns, "diff", FIXTURES / "gpt2-how-are-you.txt", FIXTURES / "gpt2-kv-f32.txt",
+                              "--exact")
     assert code == 1
     rows = rows_between(lines, "diff ", stop=lambda line: not line.strip())
     verdicts = [r.split()[-1] for r in rows if re.match(r" \d+/", r)]

@@ -151,7 +151,7 @@ def render_diff(rep: DiffReport, console: Console, *, quiet: bool = False, verbo
     if rep.exit_code == EXIT_INPUT:
         return
     if not quiet:
-        console.print(drift_table(rep) if rep.model is not None and not verbose and rep.compared
+        console.print(drift_table(rep, console.width) if rep.model is not None and not verbose and rep.compared
                       else node_table(rep, verbose, console.width))
         skipped = rep.totals()["skipped"]
         if skipped and not verbose:

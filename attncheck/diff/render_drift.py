@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich import box
-from rich.table import Table
+from rich.markup import escape
 
+from ..check.columns import NEVER, Col, fit
 from .compare import DiffReport, NodeDiff
 
 
@@ -44,18 +44,21 @@ def per_layer(rep: DiffReport) -> list[LayerDrift]:
     return list(out.values())
 
 
-def drift_table(rep: DiffReport) -> Table:
-    t = Table(title=f"diff {rep.old} → {rep.new}: drift per layer (every evaluation)", title_justify="left",
-              header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col, right in (("layer", False), ("nodes", True), ("largest drift (of rms)", True), ("in", False),
-                       ("allowed there", True), ("closest to its allowance", False), ("|Δ|/tol", True), ("", False)):
-        t.add_column(col, justify="right" if right else "left", no_wrap=True)
+def drift_table(rep: DiffReport, width: int | None = None):
+    """Per layer the largest drift and the node closest to its allowance; the layer and its verdict always, the other
+    columns as the terminal's width allows (check/columns.py)."""
+    cols = (Col("layer", "left", NEVER), Col("nodes", keep=2), Col("largest drift (of rms)", keep=7),
+            Col("in", "left", 4, wrap=True, min_width=8, fold=True), Col("allowed there", keep=6),
+            Col("closest to its allowance", "left", 3, wrap=True, min_width=8, fold=True), Col("|Δ|/tol", keep=5),
+            Col("", "left", NEVER))
+    rows = []
     for ld in per_layer(rep):
         big, worst = ld.largest, ld.worst
         status = f"[bold red]{ld.beyond} BEYOND[/]" if ld.beyond else "[green]drift[/]"
-        t.add_row(ld.group.replace("layer ", ""), str(ld.nodes), f"{big.drift:.1e}", big.role.name,
-                  f"{big.allowed:.1e}", _name(worst), f"{worst.ratio:.2f}", status)
-    return t
+        rows.append([ld.group.replace("layer ", ""), str(ld.nodes), f"{big.drift:.1e}", escape(big.role.name),
+                     f"{big.allowed:.1e}", escape(_name(worst)), f"{worst.ratio:.2f}", status])
+    return fit(cols, rows, width, title=escape(f"diff {rep.old} → {rep.new}: drift per layer (every evaluation)"),
+               title_justify="left")
 
 
 def _name(nd: NodeDiff) -> str:

@@ -43,8 +43,8 @@ def complete(path: str) -> bool:
     """The output reaches the `sum =` line of the last evaluation's logits (result_output)."""
     with open(path, "rb") as f:
         text = f.read()
-    last = text.rfind(b"result_output = (")
-    return last >= 0 and b"sum = " in text[last:]
+    last = text.rfind(b"result_output = (")  # and no node after it: with -ub, the last evaluation's
+    return last >= 0 and b"_debug" not in text[last:].split(b"\n", 1)[-1] and b"sum = " in text[last:]
 
 
 def run_case(binary: str, model: str, prompt: str, flags: tuple[str, ...], dst: str) -> bool:

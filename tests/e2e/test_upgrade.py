@@ -51,11 +51,16 @@ def llama(binary: str, model: Path, prompt: str, out: Path, *flags: str) -> Path
         with open(out, "wb") as f:
             done = subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=600)
         assert done.returncode == 0, out.read_text(errors="replace")[-2000:]
-        text = out.read_bytes()
-        last = text.rfind(b"result_output = (")
-        if last >= 0 and b"sum = " in text[last:]:
+        if complete(out.read_bytes()):
             break
     return out
+
+
+def complete(text: bytes) -> bool:
+    """The output's last node is the logits (result_output), printed to its `sum =` line: with -ub, an earlier
+    evaluation's logits do not make the output whole."""
+    last = text.rfind(b"result_output = (")
+    return last >= 0 and b"_debug" not in text[last:].split(b"\n", 1)[-1] and b"sum = " in text[last:]
 
 
 def pair(tmp: Path, name: str, model: Path, prompt: str, *flags: str) -> tuple[Path, Path]:

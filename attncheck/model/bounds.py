@@ -52,9 +52,11 @@ F32_REL = 2.0**-20
 TAU = {"8-bit": 0.3, "float": 0.1}
 NMSE_MAX = 5e-4  # test-backend-ops' MUL_MAT bound: one op, identical inputs (the derived model)
 NMSE_CASCADE = 5e-3  # measured worst 2e-3 on correct runs (a 48-layer Q8_0 model)
-FLIP_SHARE = 0.10
+FLIP_SHARE = 0.10  # the share of a layer-0 node's printed elements that may use the flip allowance, at least ...
+FLIP_EXPECTED = 3.0  # ... and up to this many times the share a flip is expected to touch (layer0.touched)
 
-DERIVED = ("q", "Kcur", "Vcur", "k", "v", "kq", "kq_soft_max", "kqv")  # quantities held to the layer-0 bound
+DERIVED = ("Qcur", "q_scaled", "q", "Kcur", "Krot", "Vcur", "Vrot", "k", "v", "kq", "kq_scores", "kq_soft_max",
+           "kqv")  # quantities held to the layer-0 bound
 DERIVED_ROWS = ("inp_embd", "attn_norm")
 ERROR_MODELS = {
     "derived": "5e-5 + 2^-20|ref| + f32 summation noise + layer-0 rounding flips (q, P to the KV type; K, V "

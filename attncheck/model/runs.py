@@ -12,7 +12,8 @@ from ..errors import DumpError
 from .bounds import F32_REL, FLIP_SHARE, PRINT
 from .expect import Expected
 from .mapping import CANONICAL, Layer, arrange
-from .reference import KV_TYPES, forward
+from .numerics import KV_TYPES
+from .reference import forward
 from .weights import Model
 
 
@@ -81,20 +82,23 @@ class Runs:
         self.check_count(run, ev, layers)
         self.check_shapes(layers)
         kv = layers[0].kv_type or "f16"
-        if kv not in KV_TYPES:
-            raise DumpError(self.source, line, f"the KV cache is {kv}: --model emulates {', '.join(KV_TYPES)} caches "
-                                               "only")
-        run.expected = self._calibrated(ev, layers, run, kv, line)
+        kv_v = layers[0].v_type or kv
+        for t in (kv, kv_v):
+            if t not in KV_TYPES:
+                raise DumpError(self.source, line, f"the KV cache is {t}: --model emulates {', '.join(KV_TYPES)} "
+                                                   "caches only")
+        run.expected = self._calibrated(ev, layers, run, (kv, kv_v), line)
         self.current = run
         return run
 
-    def _reference(self, tokens: tuple[int, ...], kv: str, f16_src1: str, line: int) -> Expected:
+    def _reference(self, tokens: tuple[int, ...], kv: tuple[str, str], f16_src1: str, line: int) -> Expected:
         try:
-            return Expected(forward(self.model, tokens, kv_type=kv, f16_src1=f16_src1), kv, self.model)
+            ref = forward(self.model, tokens, kv_type=kv[0], v_type=kv[1], f16_src1=f16_src1)
+            return Expected(ref, kv[0], self.model)
         except ValueError as e:
             raise DumpError(self.source, line, f"the tokens do not fit the model {self.model.path}: {e}") from None
 
-    def _calibrated(self, ev: Evaluation, layers: list[Layer], run: Run, kv: str, line: int) -> Expected:
+    def _calibrated(self, ev: Evaluation, layers: list[Layer], run: Run, kv: tuple[str, str], line: int) -> Expected:
         """The reference in the arithmetic this llama.cpp build used (reference.F16_SRC1), chosen on layer 0.
 
         An f16 src0 (F16 weights, an f16 V cache) multiplies a contiguous f32 src1 either converted to f16 (today)

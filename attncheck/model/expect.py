@@ -3,7 +3,7 @@
 One reference forward pass per llama.cpp run covers all of its tokens: attention is causal, so the whole-prompt pass
 equals llama.cpp's evaluation ubatch by ubatch (each ubatch reads the K/V the earlier ones stored), and evaluation e
 is the slice of positions [n_past, n_past + T). Arrays here span the run's T_all tokens; a slot axis has one entry
-per token (slot j holds the token at position j; mapping.arrange pads it to the printed view's n_kv with zeros).
+per token (slot j holds the token at position j; grid.py places a printed view's n_kv slots in it).
 
 Layer 0's terms (f32 summation noise, rounding flips) are in layer0.py; the flash-attention kernel's in flash().
 """

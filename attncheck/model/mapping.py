@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-import numpy as np
 
 from ..dump.graph import Evaluation
 from ..dump.records import Node
@@ -227,38 +226,3 @@ def map_evaluation(ev: Evaluation, roles: Roles | None = None) -> list[Layer]:
             target = out[0] if role.section == "input" else out[-1]
             target.mapped.append(Mapped(n, role.name, "rows", CANONICAL["rows"], None))
     return out
-
-
-def arrange(a: np.ndarray, canon: tuple[str, str, str], labels: tuple[str, str, str], node: Node,
-             n_past: int, T: int) -> np.ndarray | None:
-    """A canonical array over the run → the node's layout for this evaluation: [ne2, ne1, ne0].
-
-    query: positions n_past..n_past+T-1; row: the last ne1 of them; slot: slots 0..n_past+T-1, zero-padded to the
-    node's slot count (empty cache slots); (one, X, col): the other two axes merged, head-major (heads · D_h).
-    """
-    pos = np.arange(n_past, n_past + T)
-    merged = labels[2] == "col" and "col" not in canon
-    want = [labels[1]] if merged else list(labels)
-    sizes = dict(zip(labels, node.ne[2::-1]))
-    for axis, label in enumerate(canon):
-        if label == "query":
-            a = np.take(a, pos, axis=axis)
-        elif label == "row":
-            a = np.take(a, pos[T - sizes.get("row", T):], axis=axis)
-        elif label == "slot":
-            n = sizes.get("slot", 0) if not merged else node.ne[1]
-            a = np.take(a, np.arange(n_past + T), axis=axis)
-            if n < n_past + T:
-                return None
-            pad = [(0, 0)] * a.ndim
-            pad[axis] = (0, n - (n_past + T))
-            a = np.pad(a, pad)
-    if merged:
-        rest = [c for c in canon if c != labels[1]]
-        a = a.transpose([canon.index(labels[1]), *(canon.index(c) for c in rest)])
-        a = a.reshape(1, a.shape[0], -1)
-    else:
-        a = a.transpose([canon.index(x) for x in want])
-    if a.shape != tuple(node.ne[2::-1]):
-        return None
-    return a

@@ -11,7 +11,8 @@ from ..dump.sample import parse_sample
 from ..errors import DumpError
 from .bounds import F32_REL, FLIP_SHARE, PRINT
 from .expect import Expected
-from .mapping import CANONICAL, Layer, arrange
+from .grid import locate
+from .mapping import CANONICAL, Layer
 from .numerics import KV_TYPES
 from .reference import forward
 from .weights import Model
@@ -129,11 +130,12 @@ class Runs:
         for m in L.mapped:
             if m.quantity not in ("q", "kqv") or L.flash or m.node.cut:
                 continue
-            full = arrange(exp.value(m.quantity, m.role, 0), CANONICAL[m.quantity], m.labels, m.node, n_past, L.T)
-            if full is None:
-                continue
             s = parse_sample(m.node, self.source)
-            want = full[np.ix_(*s.index[1:])]
+            ref = exp.value(m.quantity, m.role, 0)
+            g = locate(CANONICAL[m.quantity], m.labels, m.node.ne, n_past, L.T, tuple(s.index[1:]), ref.shape)
+            if g is None:
+                continue
+            want = g.take(ref)
             with np.errstate(invalid="ignore"):
                 beyond += int(np.count_nonzero(~(np.abs(s.values[0] - want) <= PRINT + F32_REL * np.abs(want))))
             total += want.size

@@ -192,14 +192,17 @@ def _combine(codes: list[int]) -> int:
 
 @main.command(name="list")
 @click.argument("dump", default="-")
-def list_(dump):
+@click.option("--model", metavar="GGUF", help="The model that made the dump: its vocabulary shows each token's text.")
+def list_(dump, model):
     """What a dump holds: runs, evaluations, nodes, attention sites."""
     from rich.markup import escape
     from rich.table import Table
 
+    from .arch.vocab import shown, token_text
     from .dump.graph import read_dump
     from .dump.listing import listing
 
+    meta = _model_meta(model)
     console = _console()
     try:
         d = read_dump(dump)
@@ -222,10 +225,27 @@ def list_(dump):
     console.print(table)
     for r in d.runs:
         ids = "no token ids in the log" if r.tokens is None else f"{len(r.tokens)} tokens {list(r.tokens)}"
+        text = token_text(meta, r.tokens) if meta is not None else None
+        if text is not None:
+            ids = f"{len(r.tokens)} tokens " + "  ".join(f"{i} {shown(t)}" for i, t in zip(r.tokens, text))
         console.print(f"run at line {r.line}: {ids}", markup=False)
     for n in d.notes:  # as `check` writes them: stderr, one visible line each
         click.echo(f"attncheck: warning: {d.source}:{n.line}: {printable(n.message)}", err=True)
     sys.exit(EXIT_PASS if n_ev else EXIT_UNVERIFIED)
+
+
+def _model_meta(model: str | None) -> dict | None:
+    """A --model's header metadata (its vocabulary); a file that is not a GGUF is a usage error (exit 2)."""
+    if model is None:
+        return None
+    from .arch.gguf_header import read_header
+    from .errors import ModelError
+
+    try:
+        return read_header(model).meta
+    except ModelError as e:
+        _fail(str(e))
+        sys.exit(EXIT_INPUT)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

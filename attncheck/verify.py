@@ -13,6 +13,7 @@ from .arch import lookup
 from .arch.facts import MODEL, OPTION, AttentionFacts, Fact
 from .arch.gguf_header import Header, read_header
 from .arch.header import facts_from_header, require_shape
+from .arch.vocab import token_text
 from .check.dumponly import DumpChecker
 from .check.report import Report
 from .dump.graph import Dump, Evaluation, read_dump
@@ -155,6 +156,8 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
             report.stopped_early = True
             break
     _fill(report, dump.source, read, summary)
+    if header is not None:  # with a model, each run's tokens as text (its vocabulary)
+        report.token_text = [token_text(header.meta, t if t is not None else opts.tokens) for t in report.tokens]
     return report
 
 

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from ..arch.vocab import shown
 from ..results import describe
 from .report import EXIT_FAIL, EXIT_PASS, Report
 
@@ -172,6 +174,12 @@ def facts_lines(report: Report) -> list[str]:
     return lines
 
 
+def token_lines(report: Report) -> list[str]:
+    """With a model: each run's tokens, id and text."""
+    return [f"tokens of run {r}: " + "  ".join(f"{i} {escape(shown(t))}" for i, t in zip(ids, text))
+            for r, (ids, text) in enumerate(zip(report.tokens, report.token_text)) if ids and text]
+
+
 def coverage_lines(report: Report) -> list[str]:
     """What was checked under which facts, what could not be checked from the dump alone, and why."""
     if not report.sites:
@@ -221,7 +229,7 @@ def model_checked(report: Report) -> bool:
 def render(report: Report, console: Console, *, quiet: bool = False, verbose: bool = False) -> None:
     if not quiet and report.sites:
         console.print(site_table(report, verbose))
-        for line in coverage_lines(report):
+        for line in coverage_lines(report) + token_lines(report):
             console.print(f"[dim]{line}[/]", highlight=False)
     for line in failure_lines(report):
         console.print(f"[red]{line}[/]", highlight=False, soft_wrap=True)

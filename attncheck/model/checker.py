@@ -104,5 +104,6 @@ class ModelChecker:
             "by_check": s.by_check(),
             "first_beyond_print": s.first(lambda n: n.beyond_print > 0),
             "first_failed": s.first(lambda n: not n.passed),
+            "cascade": s.cascade(),
             "skipped": s.skipped,
         }

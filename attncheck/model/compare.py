@@ -63,10 +63,21 @@ class NodeComparison:
         if len(got) < s.values[0].size:
             res.unchecked, res.why_unchecked = s.values[0].size - len(got), "not of the --head heads"
         self._nmse(res, err, want, NMSE_MAX if e.derived else NMSE_CASCADE)
-        self.summary.note(evaluation, L.layer, node, res, e.model, beyond)
+        self.summary.note(evaluation, L.layer, node, res, e.model, beyond, self._tau_needed(e, keep, err, base, want))
         out = [res]
         total = self._sum(node, s, e, bound, run) if self.heads is None and e.whole is not None else None
         return out + ([total] if total is not None else [])
+
+    @staticmethod
+    def _tau_needed(e: Expectation, keep, err, base, want) -> float | None:
+        """Cascade nodes: the TAU this node's worst element needed, max (|err| − base) / rms (what calibration reads)."""
+        if e.derived:
+            return None
+        live = want[e.valid[keep]]
+        rms = float(np.sqrt(np.mean(live**2))) if len(live) else 0.0
+        with np.errstate(invalid="ignore"):
+            over = float(np.nanmax(err - base, initial=0.0)) if len(err) else 0.0
+        return max(0.0, over) / rms if rms > 0 else (0.0 if over <= 0 else float("inf"))
 
     def _bound(self, e: Expectation, keep, want, base, beyond: int, n: int) -> tuple[np.ndarray, str]:
         """Derived: the flips are allowed while few elements need them; cascade: TAU·rms over the live values."""

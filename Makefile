@@ -27,7 +27,7 @@ e2e: browser
 	LLAMA_EVAL_CALLBACK="$$bin" ATTNCHECK_BROWSER_REQUIRED=1 $(PYTHON) -m pytest -q tests/e2e
 
 bench:
-	$(PYTHON) bench/bench.py
+	$(PYTHON) bench/bench.py; a=$$?; $(PYTHON) bench/model_vs_llama.py; b=$$?; test $$a -eq 0 -a $$b -eq 0
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

@@ -34,6 +34,8 @@ TEXT = {
          ("-ub", "7")),
         ("cat-fa", "The cat sat on the mat because it was tired.", ("--flash-attn", "on")),
         ("cat-q8k", "The cat sat on the mat because it was tired.", ("-ctk", "q8_0")),
+        ("cat-q4kv", "The cat sat on the mat because it was tired.", ("-ctk", "q4_0", "-ctv", "q4_0", "-fa", "on")),
+        ("cat-q51kv", "The cat sat on the mat because it was tired.", ("-ctk", "q5_1", "-ctv", "q5_1", "-fa", "on")),
     ],
     "confirm": [
         ("village", "Once upon a time, in a small village by the sea, there lived an old fisherman and his wife.", ()),
@@ -47,6 +49,8 @@ TEXT = {
         ("village-q4", "Once upon a time, in a small village by the sea, there lived an old fisherman and his wife.",
          ("-ctk", "q4_0", "-ctv", "q4_0", "--flash-attn", "on")),
         ("paris-f32", "Paris is the capital of France, and Berlin is the capital of", ("-ctk", "f32", "-ctv", "f32")),
+        ("code-iq4kv", "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + "
+                       "fibonacci(n - 2)", ("-ctk", "iq4_nl", "-ctv", "q5_0", "-fa", "on")),
     ],
 }
 WORDS = {
@@ -66,9 +70,19 @@ WORDS = {
 }
 
 
+def smollm2_f16() -> Path:
+    """SmolLM2's weights as F16 (llama-quantize --allow-requantize): real weights whose activations stay float."""
+    out = CACHE / "calib" / "smollm2-f16.gguf"
+    if not out.exists():
+        quantize = Path(BIN).parent / "llama-quantize"
+        subprocess.run([str(quantize), "--allow-requantize", str(REAL / "SmolLM2-135M-Instruct.Q4_1.gguf"), str(out),
+                        "F16"], check=True, capture_output=True)
+    return out
+
+
 def models() -> dict[str, tuple[Path, str]]:
     """name → (GGUF path, prompt kind)."""
-    out = {"smollm2": (REAL / "SmolLM2-135M-Instruct.Q4_1.gguf", "text"),
+    out = {"smollm2": (REAL / "SmolLM2-135M-Instruct.Q4_1.gguf", "text"), "smollm2-f16": (smollm2_f16(), "text"),
            "gemma3-270m": (REAL / "gemma-3-270m-q4_k_m.gguf", "text"),
            "qwen2.5-0.5b": (REAL / "qwen2.5-coder-0.5b-instruct-awq.Q4_K_M.gguf", "text")}
     for folder in ("arch-models", "quant-models"):
@@ -83,7 +97,7 @@ def run(out: Path, name: str, model: Path, prompt: str, flags: tuple[str, ...], 
     if not dump.exists():
         with open(dump.with_suffix(".tmp"), "wb") as f:
             subprocess.run([BIN, "-m", str(model), "-p", prompt, "-t", "2", "--seed", "1",
-                            *(flags if "--flash-attn" in flags else ("--flash-attn", "off", *flags))],
+                            *(flags if "--flash-attn" in flags or "-fa" in flags else ("--flash-attn", "off", *flags))],
                            stdout=f, stderr=subprocess.STDOUT, check=False, timeout=900)
         dump.with_suffix(".tmp").rename(dump)
     done = subprocess.run([sys.executable, "-m", "attncheck", "check", str(dump), "--model", str(model), "--json", "-"],
@@ -111,7 +125,10 @@ def main(argv: list[str]) -> int:
     chosen = {k: v for k, v in models().items() if not argv[3:] or k in argv[3:]}
     with open(Path(argv[1]) / f"{which}.jsonl", "a") as log:
         for name, (path, kind) in chosen.items():
+            only = [t for t in os.environ.get("CALIBRATE_ONLY", "").split(",") if t]
             for tag, prompt, flags in (TEXT if kind == "text" else WORDS)[which]:
+                if only and tag not in only:
+                    continue
                 row = run(out, name, path, prompt, flags, tag)
                 log.write(json.dumps(row) + "\n")
                 log.flush()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Iterable, Iterator
 
 from ..errors import DumpError
+from .names import Names
 from .records import Node, NodeRef, Note, RunStart, scan
 from .sample import CUT_ADVICE, fits
 
@@ -262,7 +263,7 @@ class Dump:
 
     def _evaluations(self, records: Iterable) -> Iterator[Evaluation]:
         current: Evaluation | None = None
-        latest: dict[str, Node] = {}
+        latest = Names()
         first_key: tuple | None = None
         run, index, in_run = -1, 0, 0
         n_past: int | None = 0
@@ -286,7 +287,7 @@ class Dump:
                 if current is not None:
                     yield finish(current)
                     index += 1
-                current, latest, first_key = None, {}, None
+                current, latest, first_key = None, Names(), None
                 run, in_run, n_past, tokens = run + 1, 0, 0, rec.tokens
                 continue
             node: Node = rec
@@ -296,14 +297,14 @@ class Dump:
                 T = current.T
                 n_past = None if (T is None or n_past is None) else n_past + T
                 index, in_run = index + 1, in_run + 1
-                current, latest = None, {}
+                current, latest = None, Names()
             if current is None:
                 if run < 0:
                     run = 0
                 current = Evaluation(index, run, in_run, n_past, tokens, runs_before=len(self.runs))
                 first_key = key
-            node.inputs = tuple(latest.get(s.name) if s is not None else None for s in node.srcs)  # type: ignore
-            latest[node.name] = node
+            node.inputs = (latest.source(node, 0), latest.source(node, 1))
+            latest.add(node)
             current.nodes.append(node)
             if node.cut and not self.final:  # a part ends between nodes: a node that does not end whole is damage
                 node.cut = False

@@ -75,8 +75,9 @@ class NodeComparison:
             return None
         live = want[e.valid[keep]]
         rms = float(np.sqrt(np.mean(live**2))) if len(live) else 0.0
+        gain = e.row_gain[keep] if e.row_gain is not None else 1.0
         with np.errstate(invalid="ignore"):
-            over = float(np.nanmax(err - base, initial=0.0)) if len(err) else 0.0
+            over = float(np.nanmax((err - base) / gain, initial=0.0)) if len(err) else 0.0
         return max(0.0, over) / rms if rms > 0 else (0.0 if over <= 0 else float("inf"))
 
     def _bound(self, e: Expectation, keep, want, base, beyond: int, n: int) -> tuple[np.ndarray, str]:
@@ -92,7 +93,8 @@ class NodeComparison:
                           f"at most {allowed}, so none is allowed")
         live = want[e.valid[keep]]  # not the empty cache slots: they hold no value of the tensor
         rms = float(np.sqrt(np.mean(live**2))) if len(live) else 0.0
-        return base + self.tau * rms, ""
+        gain = e.row_gain[keep] if e.row_gain is not None else 1.0
+        return base + self.tau * rms * gain, ""
 
     @staticmethod
     def _nmse(res: CheckResult, err: np.ndarray, want: np.ndarray, nmse_max: float) -> None:

@@ -51,6 +51,21 @@ class Expected(Layer0):
             return np.asarray(r.get(layer, role)[None], dtype=np.float64)
         return np.asarray(r.get(layer, ROLE.get(quantity, quantity)), dtype=np.float64)
 
+    def norm_input(self, role: str, layer: int | None) -> np.ndarray | None:
+        """The input [T, width] of the norm a rows node is the output of (None when it is not a norm's output): the
+        residual entering the layer for attn_norm, ffn_inp for ffn_norm, the branch output for a post-norm, the last
+        l_out for result_norm."""
+        r, fw, n_layer = self.ref, self.ref.hparams.forward, self.ref.hparams.n_layer
+        if role == "attn_norm" and layer is not None:
+            return r.get(layer - 1, "l_out") if layer > 0 else r.get(None, "inp_embd")
+        if role == "ffn_norm" and layer is not None and r.has(layer, "ffn_inp"):
+            return r.get(layer, "ffn_inp")
+        if role in ("attn_post", "ffn_post") and fw.post_norms and layer is not None:
+            return r.get(layer, "attn_out" if role == "attn_post" else "ffn_out")
+        if role == "result_norm":
+            return r.get(n_layer - 1, "l_out")
+        return None
+
     def _heads(self, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """q [H, T, D_h] as kq reads it, k [H, T, D_h], v [H, D_h, T] per query head (GQA: head h reads KV head
         h // group), p [H, T, T]."""

@@ -36,6 +36,7 @@ class Expectation:
     valid: np.ndarray  # True where the node holds a value of the tensor, False in empty cache slots
     touched: np.ndarray | None  # the chance that a rounding flip touches each element (layer0.touched)
     whole: Whole | None  # None when the reference does not hold the whole tensor (the logits)
+    row_gain: np.ndarray | None = None  # cascade, a norm's output: how much its row amplifies relative deviations
 
     @property
     def derived(self) -> bool:
@@ -69,8 +70,23 @@ def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int,
                   float(np.square(block, dtype=np.float64).sum()), int(block.size),
                   sum(float(g.block(t).sum()) for t in terms), float(g.block(flips).sum()) if flips is not None else 0.0)
     model = ("derived" if derived else "cascade") + ("+flash" if flash else "")
+    gain = _row_gain(exp, m, g, ref.shape) if not derived else None
     return Expectation(model, g.take(ref), extra, g.take(flips) if flips is not None else None, g.valid,
-                       g.take(touched) if touched is not None else None, whole)
+                       g.take(touched) if touched is not None else None, whole, gain)
+
+
+def _row_gain(exp: Expected, m: Mapped, g, shape) -> np.ndarray | None:
+    """A norm's output y_t = w·x_t/rms(x_t) carries its input row's relative deviation: a row whose rms is below the
+    node's (over the rows it holds) amplifies the deviations the cascade allowance expects at the node's scale, by
+    rms_node(x)/rms(x_t) (>= 1)."""
+    x = exp.norm_input(m.role, m.ref_layer) if m.quantity == "rows" else None
+    if x is None:
+        return None
+    ms = np.mean(np.square(np.asarray(x, np.float64)), axis=-1)  # [T_all]
+    rows = ms[g.region[1]]
+    with np.errstate(divide="ignore"):
+        gain = np.sqrt(np.mean(rows) / np.maximum(ms, 1e-30))
+    return g.take(np.broadcast_to(np.maximum(gain, 1.0)[None, :, None], shape))
 
 
 def _logits(exp: Expected, node, n_past: int, T: int, printed: tuple[np.ndarray, ...]) -> Expectation | None:

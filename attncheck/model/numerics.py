@@ -71,11 +71,11 @@ def q8_k(x: np.ndarray) -> np.ndarray:
     b = _blocks(x, 256)
     i = np.abs(b).argmax(axis=-1)[..., None]
     mx = np.take_along_axis(b, i, axis=-1)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         iscale = np.where(mx != 0, F32(-127) / mx, F32(0)).astype(F32)
         d = np.where(iscale != 0, F32(1) / iscale, F32(0)).astype(F32)
-    q = np.minimum(127, np.rint((b * iscale).astype(F32)))
-    return (q * d).reshape(np.shape(x)).astype(F32)
+        q = np.minimum(127, np.rint((b * iscale).astype(F32)))
+        return (q * d).reshape(np.shape(x)).astype(F32)
 
 
 def iq4_nl(x: np.ndarray) -> np.ndarray:

@@ -166,7 +166,7 @@ class Runs:
                                 f"{hp.n_head} query heads, {hp.n_head_kv} KV heads of D_h = {hp.head_dim}")
             for m in L.mapped:
                 if m.quantity == "rows":
-                    width = hp.n_vocab if m.role == "result_output" else hp.n_embd
+                    width = {"result_output": hp.n_vocab, "kqv_unrot": hp.n_head * hp.head_dim}.get(m.role, hp.n_embd)
                     if m.node.ne[0] != width:
                         raise DumpError(self.source, m.node.line,
                                         f"the model does not fit this dump: '{m.node.name}' ({m.role}) is "

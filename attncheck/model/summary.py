@@ -80,7 +80,12 @@ class Summary:
             d = layers.setdefault(n.layer, {"layer": n.layer, "tau_needed": 0.0, "nmse": 0.0})
             d["tau_needed"] = max(d["tau_needed"], n.tau_needed)
             d["nmse"] = max(d["nmse"], n.nmse)
+        kinds: dict[str, dict] = {}
+        for n in notes:
+            d = kinds.setdefault(n.check, {"tau_needed": 0.0, "nmse": 0.0})
+            d["tau_needed"], d["nmse"] = max(d["tau_needed"], n.tau_needed), max(d["nmse"], n.nmse)
         return {"tau_needed": json_number(worst.tau_needed), "nmse": json_number(max(n.nmse for n in notes)),
                 "at": {"evaluation": worst.evaluation, "layer": worst.layer, "node": worst.node, "check": worst.check},
+                "by_check": {k: {a: json_number(b) for a, b in v.items()} for k, v in sorted(kinds.items())},
                 "by_layer": [{k: json_number(v) if isinstance(v, float) else v for k, v in d.items()}
                              for _, d in sorted(layers.items())]}

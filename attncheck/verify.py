@@ -131,7 +131,7 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
         if entry is not None and entry.forward is not None:
             from .model.checker import ModelChecker  # imports gguf: only when a model is given
 
-            model = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens,
+            model = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens, header=header,
                                  layers=opts.layers, heads=opts.heads)
         else:
             report.model = {"path": opts.model, "arch": header.arch, "forward": None,

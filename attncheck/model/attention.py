@@ -80,8 +80,9 @@ def softmax(s: np.ndarray, visible: np.ndarray, kq_scale: float) -> np.ndarray:
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hp: Hparams, layer: int, cache: Cache,
-              f16_src1: str = "convert") -> dict[str, np.ndarray]:
-    """q [T, H, D_k] (after RoPE), k [T, H_kv, D_k], v [T, H_kv, D_v] → the layer's attention nodes:
+              f16_src1: str = "convert", exact: bool = True) -> dict[str, np.ndarray]:
+    """q [T, H, D_k] (after RoPE), k [T, H_kv, D_k], v [T, H_kv, D_v] → the layer's attention nodes (sums in f64
+    when exact, else f32):
 
     q (what kq reads) [T, H, D_k]; Krot, Vrot [T, H_kv, D] (rotated, when rotated); k_cache [H_kv, T, D_k];
     v_cache [H_kv, D_v, T]; kq, kq_scores, kq_soft_max [H, T, T]; kqv [H, T, D_v]; kqv_out [T, H·D_v] (in V's
@@ -106,7 +107,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hp: Hparams, layer: i
     k_fmt = matmul.vec_dot_type(numerics.KV_QT[cache.k_type])
     if cache.k_type == "f16" and f16_src1 == "f32":
         k_fmt = "f16"  # q before k·q is a permuted view, never contiguous: always converted
-    kh = np.repeat(out["k_cache"], group, axis=0)  # query head i reads KV head i // group
+    sums = F64 if exact else F32  # exact sums where the error model is derived (layer 0)
+    kh = np.repeat(out["k_cache"], group, axis=0).astype(sums)  # query head i reads KV head i // group
     mins = None if k_mins is None else np.repeat(k_mins.transpose(1, 0, 2), group, axis=0)
     kq = matmul.dot(q.transpose(1, 0, 2), kh, k_fmt, mins)  # [H, T, T]
     out["kq"] = kq
@@ -117,7 +119,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hp: Hparams, layer: i
     p_fmt = "f32"
     if cache.v_type in ("f16", "bf16") and not (cache.v_type == "f16" and f16_src1 == "f32"):
         p_fmt = cache.v_type
-    vh = np.repeat(out["v_cache"], group, axis=0)  # [H, D_v, T]
+    vh = np.repeat(out["v_cache"], group, axis=0).astype(sums)  # [H, D_v, T]
     kqv = matmul.dot(p, vh, p_fmt)  # [H, T, D_v]
     out["kqv"] = kqv
     merged = np.ascontiguousarray(kqv.transpose(1, 0, 2)).reshape(t, -1)

@@ -10,7 +10,7 @@ import numpy as np
 from .. import precision
 from ..dump.sample import Sample, parse_sample
 from ..results import CheckResult, Failure, Location, compare, located
-from .bounds import F32_REL, FLIP_EXPECTED, FLIP_SHARE, NMSE_CASCADE, NMSE_MAX, PRINT
+from .bounds import F32_REL, FLIP_EXPECTED, FLIP_SHARE, NMSE_CASCADE, NMSE_MAX, PRINT, TAU, node_class, regime
 from .expectation import Expectation, expectation
 from .mapping import KV_QUANTITIES, Layer, Mapped
 from .runs import Run
@@ -37,7 +37,7 @@ class NodeComparison:
     """Compares mapped nodes with the reference of their run; records each node in the summary."""
 
     source: str
-    tau: float  # the cascade allowance (bounds.TAU) for this model's weights
+    activations: str  # what the model's weight MUL_MATs do to their inputs: "8-bit" or "float" (bounds.TAU)
     heads: frozenset[int] | None
     summary: Summary
 
@@ -49,12 +49,15 @@ class NodeComparison:
             self.summary.skipped.append(f"{node.name} (line {node.line}): its ne does not fit the reference")
             return []
         keep = self._head_mask(m, s, L)
+        exp = run.expected
+        reg, cls = regime(self.activations, exp.kv_type, exp.v_type), node_class(m.quantity, m.role)  # type: ignore
+        tau, nmse_cap = TAU[reg][cls], (NMSE_MAX if e.derived else NMSE_CASCADE[reg][cls])
         got, want = s.values[0][keep], e.want[keep]
         base = PRINT + F32_REL * np.abs(want) + e.extra[keep]
         err = np.abs(got - want)
         with np.errstate(invalid="ignore"):
             beyond = int(np.count_nonzero(~(err <= base)))
-        bound, note = self._bound(e, keep, want, base, beyond, len(got))
+        bound, note = self._bound(e, keep, want, base, beyond, len(got), tau)
         if m.role in ("kq", "kq_soft_max", "flash_attn") and m.quantity in ("kq", "kq_soft_max", "kqv"):
             self.summary.cover(m.role, s.values[0].shape, keep, m.labels)
         res = compare(check_name(m), node, got, want, bound, self._locator(m, s, np.nonzero(keep), L, n_past, T),
@@ -62,10 +65,10 @@ class NodeComparison:
         res.error_model = e.model
         if len(got) < s.values[0].size:
             res.unchecked, res.why_unchecked = s.values[0].size - len(got), "not of the --head heads"
-        self._nmse(res, err, want, NMSE_MAX if e.derived else NMSE_CASCADE)
+        self._nmse(res, err, want, nmse_cap)
         self.summary.note(evaluation, L.layer, node, res, e.model, beyond, self._tau_needed(e, keep, err, base, want))
         out = [res]
-        total = self._sum(node, s, e, bound, run) if self.heads is None and e.whole is not None else None
+        total = self._sum(node, s, e, bound, run, nmse_cap) if self.heads is None and e.whole is not None else None
         return out + ([total] if total is not None else [])
 
     @staticmethod
@@ -80,7 +83,7 @@ class NodeComparison:
             over = float(np.nanmax((err - base) / gain, initial=0.0)) if len(err) else 0.0
         return max(0.0, over) / rms if rms > 0 else (0.0 if over <= 0 else float("inf"))
 
-    def _bound(self, e: Expectation, keep, want, base, beyond: int, n: int) -> tuple[np.ndarray, str]:
+    def _bound(self, e: Expectation, keep, want, base, beyond: int, n: int, tau: float) -> tuple[np.ndarray, str]:
         """Derived: the flips are allowed while few elements need them; cascade: TAU·rms over the live values."""
         if e.derived:
             if e.flips is None:
@@ -94,7 +97,7 @@ class NodeComparison:
         live = want[e.valid[keep]]  # not the empty cache slots: they hold no value of the tensor
         rms = float(np.sqrt(np.mean(live**2))) if len(live) else 0.0
         gain = e.row_gain[keep] if e.row_gain is not None else 1.0
-        return base + self.tau * rms * gain, ""
+        return base + tau * rms * gain, ""
 
     @staticmethod
     def _nmse(res: CheckResult, err: np.ndarray, want: np.ndarray, nmse_max: float) -> None:
@@ -168,7 +171,7 @@ class NodeComparison:
         return where
 
     @staticmethod
-    def _sum(node, s: Sample, e: Expectation, bound: np.ndarray, run: Run) -> CheckResult:
+    def _sum(node, s: Sample, e: Expectation, bound: np.ndarray, run: Run, nmse_cap: float) -> CheckResult:
         """The `sum =` line: the whole tensor today, the printed values only before llama.cpp PR #15637."""
         w = e.whole
         assert w is not None
@@ -177,7 +180,7 @@ class NodeComparison:
         if e.derived:
             own += w.flips
         else:
-            own += math.sqrt(w.n * NMSE_CASCADE * w.squares)
+            own += math.sqrt(w.n * nmse_cap * w.squares)
         b_full = own + precision.sum_bound(w.n, w.magnitude)
         where = lambda i: None  # noqa: E731  (a whole-tensor value has no element)
         res = compare("model_sum", node, [got], [w.total], [b_full], where, note="full tensor")

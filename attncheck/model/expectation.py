@@ -84,6 +84,8 @@ def _row_gain(exp: Expected, m: Mapped, g, shape) -> np.ndarray | None:
         return None
     ms = np.mean(np.square(np.asarray(x, np.float64)), axis=-1)  # [T_all]
     rows = ms[g.region[1]]
+    if rows.size == 0:  # a node of no rows (GET_ROWS kept none in this ubatch)
+        return None
     with np.errstate(divide="ignore"):
         gain = np.sqrt(np.mean(rows) / np.maximum(ms, 1e-30))
     return g.take(np.broadcast_to(np.maximum(gain, 1.0)[None, :, None], shape))

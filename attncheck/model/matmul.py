@@ -53,20 +53,23 @@ def convert(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray | None]:
 
 def dot(x: np.ndarray, w: np.ndarray, fmt: str, mins: np.ndarray | None = None) -> np.ndarray:
     """x [..., T, n] · w [..., m, n]ᵀ → [..., T, m] (f32) as ggml-cpu computes it with activations converted to fmt;
-    mins [..., m, n / 32]: the block mins of a Q4_1/Q5_1 src0 (its Q8_1 block-sum term)."""
+    mins [..., m, n / 32]: the block mins of a Q4_1/Q5_1 src0 (its Q8_1 block-sum term). The sums are exact (f64)
+    for a float64 w, f32 (BLAS) for a float32 one."""
     xc, s_err = convert(x, fmt)
-    y = np.matmul(xc.astype(F64), np.swapaxes(w, -1, -2).astype(F64, copy=False))
+    dtype = F64 if w.dtype == F64 else F32
+    y = np.matmul(xc.astype(dtype), np.swapaxes(w, -1, -2).astype(dtype, copy=False))
     if s_err is not None and mins is not None:
-        y += np.matmul(s_err, np.swapaxes(mins, -1, -2).astype(F64))
+        y = y + np.matmul(s_err, np.swapaxes(mins, -1, -2).astype(F64)).astype(dtype)
     return y.astype(F32)
 
 
-def weight_matmul(model: Model, name: str, x: np.ndarray, f16_src1: str = "convert") -> np.ndarray:
-    """MUL_MAT(weight, x) for x [T, n_in] → [T, n_out], the weight dequantized for this call only."""
+def weight_matmul(model: Model, name: str, x: np.ndarray, f16_src1: str = "convert", exact: bool = True) -> np.ndarray:
+    """MUL_MAT(weight, x) for x [T, n_in] → [T, n_out], the weight dequantized for this call only; exact: sums in f64
+    (layer 0, held to print precision), else in f32 (deeper layers, held to the cascade allowance: 3x faster)."""
     qtype = model.tensor_type(name)
     fmt = "f32" if (qtype == QT.F16 and f16_src1 == "f32") else vec_dot_type(qtype)
     mins = numerics.block_mins(model.raw(name), qtype) if qtype in Q8_1_TYPES else None
-    return dot(x, model.matrix(name), fmt, mins)
+    return dot(x, model.matrix(name, F64 if exact else F32), fmt, mins)
 
 
 def weight_rows(model: Model, name: str, x: np.ndarray, rows: np.ndarray, f16_src1: str = "convert") -> np.ndarray:

@@ -75,10 +75,11 @@ class _Pass:
     def __init__(self, model: Model, f16_src1: str, cache: Cache):
         self.m, self.hp, self.fw, self.s1, self.cache = model, model.hparams, model.hparams.forward, f16_src1, cache
         self.out: dict[tuple[int | None, str], np.ndarray] = {}
+        self.exact = True  # f64 sums in layer 0 (held to print precision), f32 in deeper layers
 
     def linear(self, prefix: str, x: np.ndarray) -> np.ndarray:
         """MUL_MAT with `prefix.weight`, then ADD `prefix.bias` when the model has one."""
-        y = weight_matmul(self.m, prefix + ".weight", x, self.s1)
+        y = weight_matmul(self.m, prefix + ".weight", x, self.s1, exact=self.exact)
         if self.m.has(prefix + ".bias"):
             y = (y + self.m.tensor(prefix + ".bias")).astype(F32)
         return y
@@ -138,13 +139,14 @@ class _Pass:
     def layer(self, il: int, x: np.ndarray) -> np.ndarray:
         """One block; x [T, D] is the residual stream entering it; returns l_out."""
         p, fw, out = f"blk.{il}.", self.fw, self.out
+        self.exact = il == 0
         cur = self.norm(p + "attn_norm", x)
         out[(il, "attn_norm")] = cur
         src = self.norm(p + "attn_norm_2", x) if self.m.has(p + "attn_norm_2.weight") else cur
         q, k, v = self.qkv(p, src)
         q, k = self.positions(il, q, k)
         out[(il, "Qcur")], out[(il, "Kcur")], out[(il, "Vcur")] = q, k, v
-        att = attention(q, k, v, self.hp, il, self.cache, self.s1)
+        att = attention(q, k, v, self.hp, il, self.cache, self.s1, exact=self.exact)
         for role, arr in att.items():
             out[(il, role)] = arr
         attn_out = self.linear(p + "attn_output", att["kqv_unrot"])

@@ -178,7 +178,8 @@ class Runs:
         if run is None:
             return
         self.finished.append({"run": run.index, "tokens": list(run.tokens), "tokens_from": run.origin,
-                              "kv_type": run.expected.kv_type if run.expected else None, "queries_seen": run.T_seen,
+                              "kv_type": run.expected.kv_type if run.expected else None,
+                              "v_type": run.expected.v_type if run.expected else None, "queries_seen": run.T_seen,
                               "arithmetic": run.arithmetic, "sums_of": run.sum_mode})
         self.current = None
         if complete and run.origin == "--tokens" and run.T_seen != len(run.tokens):

@@ -74,10 +74,10 @@ class Model:
         """One tensor as float32, numpy shape = reversed GGML ne (a weight {n_in, n_out} is [n_out, n_in])."""
         return self._dequantize(name, self.raw(name)).reshape(tuple(reversed(self.ne(name))))
 
-    def matrix(self, name: str) -> np.ndarray:
-        """A weight as float64 [ne1, ne0] (exact for the legacy block types), for one matrix product."""
+    def matrix(self, name: str, dtype=np.float64) -> np.ndarray:
+        """A weight as [ne1, ne0] of dtype (float64: exact for the legacy block types), for one matrix product."""
         ne = self.ne(name)
-        return self._dequantize(name, self.raw(name), np.float64).reshape(-1, ne[0])
+        return self._dequantize(name, self.raw(name), dtype).reshape(-1, ne[0])
 
     def rows(self, name: str, ids: list[int] | np.ndarray, dtype=np.float32) -> np.ndarray:
         """Rows `ids` of a 2-D tensor [len(ids), ne0], dequantizing only those rows (GET_ROWS)."""

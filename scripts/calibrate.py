@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Measure what `--model`'s cascade allowance needs (attncheck/model/bounds.py: TAU, NMSE_CASCADE) on real runs.
 
-    python scripts/calibrate.py OUTDIR SET [MODEL ...]      # SET: calibrate | confirm
+    python scripts/calibrate.py OUTDIR SET [MODEL ...]      # SET: calibrate | confirm | confirm4
 
 Runs llama-eval-callback ($LLAMA_EVAL_CALLBACK, else the cache folder's) on each model of the set with its prompts and
 flags, keeps each dump in OUTDIR/SET/ (an existing dump is reused), checks it with `attncheck check --model --json`,
 and prints per run the exit code, the TAU the worst cascade node needed (overall and for the deepest third of the
 layers), the largest cascade NMSE, and the first layer-0 node beyond print precision; a JSON line per run goes to
-OUTDIR/SET.jsonl. The two sets share no prompt: bounds are chosen on `calibrate` and must hold on `confirm`.
+OUTDIR/SET.jsonl. The sets share no prompt: bounds are chosen on `calibrate` and must hold on `confirm` (and, for the
+4- and 5-bit caches whose bounds `confirm` made us measure again, on `confirm4`).
 
 Models: real pretrained files in ~/.cache/attncheck/models/real/ (SmolLM2 Q4_1, gemma-3-270m Q4_K_M, qwen2.5-coder
 Q4_K_M), scripts/make_arch_models.py's (~/.cache/attncheck/arch-models/) and scripts/make_quant_models.py's
@@ -51,6 +52,16 @@ TEXT = {
         ("paris-f32", "Paris is the capital of France, and Berlin is the capital of", ("-ctk", "f32", "-ctv", "f32")),
         ("code-iq4kv", "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + "
                        "fibonacci(n - 2)", ("-ctk", "iq4_nl", "-ctv", "q5_0", "-fa", "on")),
+    ],
+    "confirm4": [  # 4- and 5-bit caches, after `confirm` showed gemma3 needs more there: prompts neither set saw
+        ("mountains-q41", "Mountains rise above the quiet valley where farmers grow apples and pears every autumn.",
+         ("-ctk", "q4_1", "-ctv", "q4_1", "-fa", "on")),
+        ("orbit-iq4", "The spacecraft entered orbit around the red planet after a journey of seven months.",
+         ("-ctk", "iq4_nl", "-ctv", "iq4_nl", "-fa", "on")),
+        ("letters-q50", "She opened the old wooden box and found letters written by her grandmother long ago.",
+         ("-ctk", "q5_0", "-ctv", "q5_0", "-fa", "on")),
+        ("mountains-k51", "Mountains rise above the quiet valley where farmers grow apples and pears every autumn.",
+         ("-ctk", "q5_1")),
     ],
 }
 WORDS = {
@@ -126,7 +137,7 @@ def main(argv: list[str]) -> int:
     with open(Path(argv[1]) / f"{which}.jsonl", "a") as log:
         for name, (path, kind) in chosen.items():
             only = [t for t in os.environ.get("CALIBRATE_ONLY", "").split(",") if t]
-            for tag, prompt, flags in (TEXT if kind == "text" else WORDS)[which]:
+            for tag, prompt, flags in (TEXT if kind == "text" else WORDS).get(which, []):
                 if only and tag not in only:
                     continue
                 row = run(out, name, path, prompt, flags, tag)

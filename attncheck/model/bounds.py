@@ -19,25 +19,27 @@ Error model (per node, the JSON says which applied; terms in expect.py):
 - "cascade": everything after layer 0's attention. A flip changes a value that later conversions round again (the
   next weight MUL_MAT's input quantized to 8-bit blocks or rounded to f16, q and P rounded, K and V stored in the
   cache type), so disagreements grow with depth and then level off. Allowance TAU·rms(ref), rms over the printed
-  elements that hold values (not empty cache slots), times a norm output's row gain (expectation._row_gain); NMSE
-  per node at most NMSE_CASCADE. Both by the run's coarsest roundings — the weights' activation conversion (8-bit
-  blocks for quantized weights, f16/bf16 for float ones) and the KV cache type (f16/f32; q8_0/bf16; q5_0, q5_1,
-  iq4_nl; q4_0, q4_1) — and by what the node is (scores: kq, soft-capped scores, the K cache, the logits, whose
-  deviations stay small beside their rms; values: everything else). Measured (scripts/calibrate.py, `calibrate`
-  set: SmolLM2-135M Q4_1 and as F16, gemma-3-270m and qwen2.5-0.5b Q4_K_M, 2-52 token prompts, flash attention on
-  and off, -ub 7, q8_0/q5_1/q4_0 caches; and every random model of scripts/make_arch_models.py and
-  make_quant_models.py), then 1.5 times the worst needed; confirmed with no false alarm on the `confirm` set, whose
-  prompts none of these saw. Worst needed (TAU scores / values, NMSE): 8-bit weights with an f16 cache 0.12 / 0.88
-  (gemma3, a post-norm output), 0.086; with q5_1 - / 1.88, 0.20; with q4_0 - / 3.67, 0.70; float weights with an f16
-  cache 0.008 / 0.016 (a 12-layer random f16 llama needed 0.036 earlier), 4.5e-4; with q8_0 0.045 / 0.14; with q5_1
-  - / 0.93; with q4_0 - / 2.36. So in deep layers a 4-bit cache leaves only gross errors to catch, and even with an
-  f16 cache a Q4 model's kq score can move by about 0.2 of its rms, a q or kqv value by about 1.3 of its rms,
-  unnoticed by these checks (the dump-only checks still tie kq, kq_soft_max and kqv of one layer to each other);
-  layer 0 is held at print precision.
+  elements that hold values (not empty cache slots), times a norm output's row gain (expectation._row_gain). TAU by
+  the run's coarsest roundings — the weights' activation conversion (8-bit blocks for quantized weights, f16/bf16 for
+  float ones) and the KV cache type (f16/f32; q8_0/bf16; q5_0, q5_1; q4_0, q4_1, iq4_nl) — and by what the node is
+  (scores: kq, soft-capped scores, the K cache, the logits, whose deviations stay small beside their rms; values:
+  everything else). Measured with scripts/calibrate.py on its `calibrate` set (SmolLM2-135M Q4_1 and as F16,
+  gemma-3-270m and qwen2.5-0.5b Q4_K_M, 2-52 token prompts, flash attention on and off, -ub 7, q8_0/q5_1/q4_0
+  caches; every random model of scripts/make_arch_models.py and make_quant_models.py), then 1.5 times the worst
+  needed; the `confirm` set, whose prompts none of these saw, then ran without a false alarm — but for two things it
+  showed: NMSE over a deep node's few printed elements is too noisy to fail on (gemma3 reached 0.165 where the
+  calibration's worst was 0.086), so it is reported only; and a 4-bit cache (q4_0, iq4_nl) on gemma3 needed 9.6, so
+  the 4-bit row was measured on both sets and confirmed on a third (`confirm4`). Worst needed (scores / values):
+  8-bit weights with an f16 cache 0.12 / 0.88 (gemma3, a post-norm output); with q8_0 0.12 / 0.59; with q5_1 - /
+  1.88; with 4 bits - / 9.6; float weights with an f16 cache 0.008 / 0.016 (a 12-layer random f16 llama needed 0.036
+  earlier); with q8_0 0.045 / 0.14; with q5_1 - / 0.93; with 4 bits - / 2.4. So in deep layers a 4-bit cache
+  leaves only gross errors to catch, and even with an f16 cache a Q4 model's kq score can move by about 0.2 of its
+  rms, a q or kqv value by about 1.3 of its rms, unnoticed by these checks (the dump-only checks still tie kq,
+  kq_soft_max and kqv of one layer to each other); layer 0 is held at print precision.
 - "+flash": FLASH_ATTN_EXT adds its kernel's arithmetic (f16 accumulation of P·V, P not rounded, f32 q in the tiled
   kernel), in every layer.
 - sums: the f32 accumulation of the printed `sum` (n·2^-24·Σ|x| + 5e-7) plus, derived, every element's allowance,
-  or, cascade, sqrt(n·NMSE_CASCADE·Σref²) (the NMSE bound through Cauchy-Schwarz). Dumps from before llama.cpp PR #15637
+  or, cascade, TAU·sqrt(n·Σref²) (the per-element allowance's rms, through Cauchy-Schwarz). Dumps from before llama.cpp PR #15637
   summed the printed values only; which meaning a run uses is decided by the first derived node whose tight bound
   tells them apart.
 - the arithmetic of the build: an f16 src0 multiplies a contiguous f32 src1 converted to f16 (today) or as f32
@@ -55,30 +57,23 @@ from .. import precision
 PRINT = precision.PRINT
 F32_REL = 2.0**-20
 NMSE_MAX = 5e-4  # test-backend-ops' MUL_MAT bound: one op, identical inputs (the derived model)
-# the cascade allowance (module doc): TAU by (activations, KV class) and node class, then NMSE_CASCADE likewise
-KV_CLASS = {"f16": "float", "f32": "float", "bf16": "q8", "q8_0": "q8", "q5_0": "q5", "q5_1": "q5", "iq4_nl": "q5",
-            "q4_0": "q4", "q4_1": "q4"}
+# the cascade allowance (module doc): TAU by (activations, KV class) and node class
+KV_CLASS = {"f16": "float", "f32": "float", "bf16": "q8", "q8_0": "q8", "q5_0": "q5", "q5_1": "q5", "iq4_nl": "q4",
+            "q4_0": "q4", "q4_1": "q4"}  # iq4_nl: 16 levels, a 4-bit format
 _COARSER = ("float", "q8", "q5", "q4")
 TAU = {
     ("8-bit", "float"): {"scores": 0.18, "values": 1.35},
     ("8-bit", "q8"): {"scores": 0.18, "values": 1.35},  # measured 0.12 / 0.59: no tighter than an f16 cache
     ("8-bit", "q5"): {"scores": 2.8, "values": 2.8},  # flash attention only: scores unmeasured, values' taken
-    ("8-bit", "q4"): {"scores": 5.5, "values": 5.5},
+    ("8-bit", "q4"): {"scores": 15.0, "values": 15.0},  # deep layers decorrelate: only gross errors are caught
     ("float", "float"): {"scores": 0.054, "values": 0.054},
     ("float", "q8"): {"scores": 0.067, "values": 0.21},
     ("float", "q5"): {"scores": 1.4, "values": 1.4},
     ("float", "q4"): {"scores": 3.6, "values": 3.6},
 }
-NMSE_CASCADE = {
-    ("8-bit", "float"): {"scores": 3.4e-3, "values": 0.13},
-    ("8-bit", "q8"): {"scores": 3.4e-3, "values": 0.13},
-    ("8-bit", "q5"): {"scores": 0.3, "values": 0.3},
-    ("8-bit", "q4"): {"scores": 1.05, "values": 1.05},
-    ("float", "float"): {"scores": 5e-3, "values": 5e-3},
-    ("float", "q8"): {"scores": 5e-3, "values": 5e-3},
-    ("float", "q5"): {"scores": 0.042, "values": 0.042},
-    ("float", "q4"): {"scores": 0.15, "values": 0.15},
-}
+# NMSE over a deep node's printed elements (6 to 36 of them) is too noisy a statistic to fail on: correct runs reached
+# 0.165 (gemma-3-270m's last layer, f16 cache) and 4.7 (a 4-bit cache); it is reported, and the per-element TAU holds.
+# Its `sum` is held to TAU·sqrt(n·Σref²), what the per-element allowance implies for the sum's rms.
 SCORES = ("kq", "kq_scores", "k")  # quantities in the scores class (and the logits)
 
 
@@ -102,7 +97,7 @@ ERROR_MODELS = {
     "derived": "5e-5 + 2^-20|ref| + f32 summation noise + layer-0 rounding flips (q, P to the KV type; K, V "
                "stored) for at most 10% of the printed elements; NMSE <= 5e-4",
     "cascade": "5e-5 + 2^-20|ref| + TAU·rms(ref over the printed values) (times a norm output's row gain); TAU and "
-               "an NMSE cap by the run's activations and KV cache type and the node's class (model.tau)",
+               "by the run's activations and KV cache type and the node's class (model.tau); NMSE reported",
     "derived+flash": "derived, plus the flash-attention kernel's f16 accumulation and unrounded P",
     "cascade+flash": "cascade, plus the flash-attention kernel's f16 accumulation and unrounded P",
 }

@@ -10,7 +10,7 @@ import numpy as np
 from .. import precision
 from ..dump.sample import Sample, parse_sample
 from ..results import CheckResult, Failure, Location, compare, located
-from .bounds import F32_REL, FLIP_EXPECTED, FLIP_SHARE, NMSE_CASCADE, NMSE_MAX, PRINT, TAU, node_class, regime
+from .bounds import F32_REL, FLIP_EXPECTED, FLIP_SHARE, NMSE_MAX, PRINT, TAU, node_class, regime
 from .expectation import Expectation, expectation
 from .mapping import KV_QUANTITIES, Layer, Mapped
 from .runs import Run
@@ -51,7 +51,7 @@ class NodeComparison:
         keep = self._head_mask(m, s, L)
         exp = run.expected
         reg, cls = regime(self.activations, exp.kv_type, exp.v_type), node_class(m.quantity, m.role)  # type: ignore
-        tau, nmse_cap = TAU[reg][cls], (NMSE_MAX if e.derived else NMSE_CASCADE[reg][cls])
+        tau, nmse_cap = TAU[reg][cls], (NMSE_MAX if e.derived else math.inf)
         got, want = s.values[0][keep], e.want[keep]
         base = PRINT + F32_REL * np.abs(want) + e.extra[keep]
         err = np.abs(got - want)
@@ -68,7 +68,7 @@ class NodeComparison:
         self._nmse(res, err, want, nmse_cap)
         self.summary.note(evaluation, L.layer, node, res, e.model, beyond, self._tau_needed(e, keep, err, base, want))
         out = [res]
-        total = self._sum(node, s, e, bound, run, nmse_cap) if self.heads is None and e.whole is not None else None
+        total = self._sum(node, s, e, bound, run, tau) if self.heads is None and e.whole is not None else None
         return out + ([total] if total is not None else [])
 
     @staticmethod
@@ -171,7 +171,7 @@ class NodeComparison:
         return where
 
     @staticmethod
-    def _sum(node, s: Sample, e: Expectation, bound: np.ndarray, run: Run, nmse_cap: float) -> CheckResult:
+    def _sum(node, s: Sample, e: Expectation, bound: np.ndarray, run: Run, tau: float) -> CheckResult:
         """The `sum =` line: the whole tensor today, the printed values only before llama.cpp PR #15637."""
         w = e.whole
         assert w is not None
@@ -180,7 +180,7 @@ class NodeComparison:
         if e.derived:
             own += w.flips
         else:
-            own += math.sqrt(w.n * nmse_cap * w.squares)
+            own += tau * math.sqrt(w.n * w.squares)
         b_full = own + precision.sum_bound(w.n, w.magnitude)
         where = lambda i: None  # noqa: E731  (a whole-tensor value has no element)
         res = compare("model_sum", node, [got], [w.total], [b_full], where, note="full tensor")

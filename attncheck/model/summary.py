@@ -69,7 +69,7 @@ class Summary:
                 for k, v in sorted(kinds.items())}
 
     def cascade(self) -> dict:
-        """What the cascade allowance needed (bounds.TAU, NMSE_CASCADE): overall and per layer, the largest TAU a
+        """What the cascade allowance needed (bounds.TAU): overall and per layer, the largest TAU a
         node's worst element needed and the largest NMSE, with the node that needed the most."""
         notes = [n for n in self.notes if n.tau_needed is not None]
         if not notes:

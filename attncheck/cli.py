@@ -90,7 +90,7 @@ def _vocab(model: str | None) -> list[str] | None:
         tokens = read_header(model).meta.get("tokenizer.ggml.tokens")
     except ModelError:
         return None
-    return tokens if isinstance(tokens, list) else None
+    return None if tokens is None or isinstance(tokens, int) else tokens  # a lazily decoded list (gguf_header.Strings)
 
 
 @main.command()

@@ -16,6 +16,7 @@ import json
 import stat
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import attncheck

@@ -11,6 +11,7 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ KEEP_STRINGS = ("tokenizer.ggml.tokens",)  # string arrays kept (token text, dec
 _U64 = struct.Struct("<Q")
 
 
-class Strings:
+class Strings(Sequence):
     """A GGUF string array kept as its bytes and offsets; an entry is decoded when it is read (a vocabulary of
     262,144 tokens costs milliseconds, not the half second of decoding every entry)."""
 

@@ -41,14 +41,15 @@ def concatenated(dump: Path, copies: int) -> Path:
     return out
 
 
-def measure(cmd: list[str], repeat: int) -> tuple[float, float, int]:
-    """Best wall time (s), peak RSS (MB) of that run, and its exit code."""
+def measure(cmd: list[str], repeat: int, out: Path | None = None) -> tuple[float, float, int]:
+    """Best wall time (s), peak RSS (MB) of that run, and its exit code; stdout and stderr to `out` if given."""
     best = (float("inf"), 0.0, 0)
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
+        with open(out or os.devnull, "wb") as sink:
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT if out else subprocess.DEVNULL)
+            _, status, usage = os.wait4(proc.pid, 0)
+            wall = time.perf_counter() - t0
         if wall < best[0]:
             best = (wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status))
     return best

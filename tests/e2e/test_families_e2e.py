@@ -47,8 +47,9 @@ def test_a_moved_layer0_score_fails(family, arch_models, tmp_path):
     model = arch_models / f"{family}.gguf"
     dump = dump_file(tmp_path / "dump.txt", model, PROMPT, "--flash-attn", "off")
     edit = DumpEdit(dump, tmp_path / "moved.txt")
-    old, new = edit.add("kq-0", (0, 1, 0), 0.05)  # head 0, query 1, slot 0
-    assert abs((new - old) - 0.05) < 1e-3
+    delta = 0.05 * max(1.0, abs(edit.get("kq-0", (0, 1, 0))))  # 5 % of the score: granite's run about 50
+    old, new = edit.add("kq-0", (0, 1, 0), delta)  # head 0, query 1, slot 0
+    assert abs((new - old) - delta) < 1e-3
     code, doc, err = check_file(edit.save(), "--model", str(model))
     assert code == 1, err[-2000:]
     failed = [(s["layer"], c["node"], f) for s in doc["sites"] for c in s["checks"]

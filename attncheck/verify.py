@@ -14,6 +14,7 @@ from .arch.facts import LOG, MODEL, OPTION, AttentionFacts, Fact
 from .arch.gguf_header import Header, read_header
 from .arch.header import facts_from_header, require_shape
 from .arch.log_header import LogHeader
+from .arch.vocab import token_text
 from .check.dumponly import DumpChecker
 from .check.report import Report
 from .dump.graph import Dump, Evaluation, read_dump
@@ -153,7 +154,7 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
         if entry is not None and entry.forward is not None:
             from .model.checker import ModelChecker  # imports gguf: only when a model is given
 
-            model = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens,
+            model = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens, header=header,
                                  layers=opts.layers, heads=opts.heads)
         else:
             report.model = {"path": opts.model, "arch": header.arch, "forward": None,
@@ -180,6 +181,8 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
             report.stopped_early = True
             break
     _fill(report, dump.source, read, summary)
+    if header is not None:  # with a model, each run's tokens as text (its vocabulary)
+        report.token_text = [token_text(header.meta, t if t is not None else opts.tokens) for t in report.tokens]
     return report
 
 

@@ -60,26 +60,28 @@ def tree_pss(pid: int) -> float:
     return total / 1024
 
 
-def measure(cmd: list[str], repeat: int) -> tuple[float, float, int]:
+def measure(cmd: list[str], repeat: int, out: Path | None = None) -> tuple[float, float, int]:
     """Best wall time (s), the peak memory (MB) of that run's whole process tree (PSS summed over the processes,
-    sampled every 5 ms; the parent's own peak RSS from wait4 where that is larger), and its exit code."""
+    sampled every 5 ms; the parent's own peak RSS from wait4 where that is larger), and its exit code; stdout and
+    stderr to `out` if given."""
     best = (float("inf"), 0.0, 0)
     for _ in range(repeat):
         peak = [0.0]
         done = threading.Event()
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(out or os.devnull, "wb") as sink:
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT if out else subprocess.DEVNULL)
 
-        def sample() -> None:
-            while not done.wait(0.005):
-                peak[0] = max(peak[0], tree_pss(proc.pid))
+            def sample() -> None:
+                while not done.wait(0.005):
+                    peak[0] = max(peak[0], tree_pss(proc.pid))
 
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        done.set()
-        sampler.join()
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            _, status, usage = os.wait4(proc.pid, 0)
+            wall = time.perf_counter() - t0
+            done.set()
+            sampler.join()
         if wall < best[0]:
             best = (wall, max(peak[0], usage.ru_maxrss / 1024), os.waitstatus_to_exitcode(status))
     return best

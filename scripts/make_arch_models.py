@@ -52,6 +52,9 @@ if os.path.isdir(_GGUF_PY):
 import numpy as np  # noqa: E402
 import gguf  # noqa: E402
 
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: attncheck
+from attncheck.arch.vocab import bytes_to_unicode  # noqa: E402  (GPT-2's byte-level alphabet)
+
 SCORE_STD = 3.0      # target std of the scaled attention scores
 N_SWA = 4            # sliding window of every windowed model
 N_CTX = 512          # context length written to the models (-c defaults to it)
@@ -63,18 +66,6 @@ WORDS = ["How", " are", " you", "I", " like", " to", " draw", "The", " cat", " s
          " mat", " animal", " didn", "'t", " cross", " street", " because", " it", " was", " too",
          " tired", ".", " Hello", " my", " name", " is", " bank", " river", " money", " attention",
          " head", " verify", " every", " number", ",", " and", " a", " of", " in", " we", "We"]
-
-
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, [chr(c) for c in cs]))
 
 
 def gpt2_vocab():

@@ -90,7 +90,7 @@ def test_kqv_of_layer_0_moved_by_0_01_is_a_regression(smollm2, tmp_path):
     assert first["worst"]["at"] == {"head": head, "query": query, "dim": dim} and first["position"] == query
     assert doc["totals"]["diverged"] == 1
     text = run("diff", old, edit.path)
-    assert f"REGRESSION diff" in text.out and "layer 0 kqv 'kqv-0'" in text.out
+    assert "REGRESSION diff" in text.out and "layer 0 kqv 'kqv-0'" in text.out
     assert f"head {head}, query {query} (position {query}), dim {dim}" in text.out
 
 

@@ -68,6 +68,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import attncheck.model.reference as reference
+from attncheck.model import matmul, numerics
 from attncheck.model.weights import Hparams, Model, ModelError, load_model
 from attncheck.model.reference import Reference, forward
 from conftest import bert_gguf
@@ -282,7 +283,9 @@ def test_reference_shapes(gpt2: Model, llama: Model) -> None:
             for role, shape in want.items():
                 assert ref.get(layer, role).shape == shape, (hp.arch, layer, role)
         assert ref.get(None, "result_norm").shape == (t, d)
-        assert ref.get(None, "result_output").shape == (t, hp.n_vocab)
+        # the logits only at the vocabulary entries a dump prints: the first and last three
+        assert ref.get(None, "result_output").shape == (t, 6)
+        np.testing.assert_array_equal(ref.vocab_cols, [0, 1, 2, hp.n_vocab - 3, hp.n_vocab - 2, hp.n_vocab - 1])
         p = ref.get(0, "kq_soft_max")
         np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-6)
         assert np.all(p[:, np.triu_indices(t, 1)[0], np.triu_indices(t, 1)[1]] == 0)  # causal
@@ -297,7 +300,7 @@ def test_reference_rejects_bad_input(gpt2: Model) -> None:
     with pytest.raises(ValueError):
         forward(gpt2, [381])
     with pytest.raises(ValueError):
-        forward(gpt2, [1], kv_type="q4_0")
+        forward(gpt2, [1], kv_type="q3_k")  # not a KV cache type
 
 
 def test_kv_cache_is_stored_rounded(gpt2: Model) -> None:
@@ -312,7 +315,7 @@ def test_kv_cache_is_stored_rounded(gpt2: Model) -> None:
 @given(arrays(np.float32, (2, 64), elements=st.floats(-1e4, 1e4, width=32)))
 def test_q8_0_emulation_is_a_q8_0_round_trip(x: np.ndarray) -> None:
     """Each block of 32 becomes q * d16, |q| <= 127, d16 = f16(max|x|/127): off by d/2 + 127|d16 - d|."""
-    y = reference._q8_0(x).reshape(2, 2, 32).astype(np.float64)
+    y = numerics.q8_0(x).reshape(2, 2, 32).astype(np.float64)
     b = x.reshape(2, 2, 32).astype(np.float64)
     d = np.abs(b).max(-1, keepdims=True) / 127
     d16 = d.astype(np.float16).astype(np.float64)
@@ -458,6 +461,7 @@ def test_tolerance_catches_missing_activation_conversion(
     dump: str, model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without the Q8_0 (gpt2) / f16 (llama) conversion of MUL_MAT inputs, layer 0 leaves print precision."""
-    monkeypatch.setattr(reference, "_src1_conversion", lambda qtype: (lambda x: x))
+    monkeypatch.setattr(reference, "weight_matmul",
+                        lambda model, name, x, f16_src1="convert", exact=True: matmul.dot(x, model.matrix(name), "f32"))
     ref = _reference(dump, model_path, "f16")
     assert _tight_failures(dump, ref, "f16")

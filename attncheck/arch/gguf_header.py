@@ -11,6 +11,7 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,27 @@ _NP = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.i
        10: np.uint64, 11: np.int64, 12: np.float64}
 STRING, ARRAY = 8, 9
 F32, F16 = 0, 1  # ggml types of the small tensors read here
-KEEP_STRINGS = ("tokenizer.ggml.tokens",)  # string arrays kept (token text); others are skipped
+KEEP_STRINGS = ("tokenizer.ggml.tokens",)  # string arrays kept (token text, decoded on demand); others are skipped
+_U64 = struct.Struct("<Q")
+
+
+class Strings(Sequence):
+    """A GGUF string array kept as its bytes and offsets; an entry is decoded when it is read (a vocabulary of
+    262,144 tokens costs milliseconds, not the half second of decoding every entry)."""
+
+    def __init__(self, data: bytes, starts: np.ndarray, ends: np.ndarray):
+        self._data, self._starts, self._ends = data, starts, ends
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, i: int) -> str:
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return self._data[int(self._starts[i]):int(self._ends[i])].decode("utf-8", "replace")
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
 
 
 @dataclass(frozen=True)
@@ -79,6 +100,32 @@ class _Cursor:
         self.pos += n
         return s
 
+    def strings(self, n: int, keep: bool) -> "Strings | int":
+        """n strings from the cursor: kept as a Strings, or skipped (their count)."""
+        buf, pos, size = self.buf, self.pos, len(self.buf)
+        start = pos
+        starts = np.empty(n, dtype=np.int64) if keep else None
+        unpack = _U64.unpack_from
+        for i in range(n):
+            if pos + 8 > size:
+                raise ModelError(self.path, "the GGUF header ends early (a truncated file?)")
+            length = unpack(buf, pos)[0]
+            pos += 8
+            if keep:
+                starts[i] = pos - start
+            pos += length
+        if pos > size:
+            raise ModelError(self.path, "the GGUF header ends early (a truncated file?)")
+        self.pos = pos
+        if not keep:
+            return n
+        data = bytes(buf[start:pos])
+        ends = np.empty(n, dtype=np.int64)
+        if n:
+            ends[:-1] = starts[1:] - 8
+            ends[-1] = pos - start
+        return Strings(data, starts, ends)
+
     def value(self, vtype: int, key: str) -> Any:
         if vtype in _SCALARS:
             return self.take(_SCALARS[vtype])
@@ -92,8 +139,7 @@ class _Cursor:
                 self.pos += size
                 return arr.tolist() if n <= 4096 else arr
             if etype == STRING:
-                out = [self.string() for _ in range(n)]
-                return out if key in KEEP_STRINGS else len(out)
+                return self.strings(n, key in KEEP_STRINGS)
             return [self.value(etype, key) for _ in range(n)]
         raise ModelError(self.path, f"unknown GGUF value type {vtype} for key {key!r}")
 

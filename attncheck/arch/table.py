@@ -12,12 +12,25 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Forward:
-    """How a family's layer is computed (llama.cpp's build_* of src/models/<arch>.cpp)."""
+    """How a family's layer is computed (llama.cpp's build_* of src/models/<arch>.cpp), for model/reference.py.
+
+    The attention itself (SOFT_MAX scale, q pre-scale, soft-cap, window) follows from `Attention` and the header.
+    """
 
     norm: str  # "layer": NORM (mean and variance), "rms": RMS_NORM
     norm_eps_key: str  # the GGUF key (after "<arch>.") holding the norm's epsilon
-    positions: str  # "learned": position_embd added to the embeddings; "rope_norm": ROPE mode 0 on q and k
-    ffn: str  # "gelu": up, GELU, down; "swiglu": silu(gate)·up, down
+    positions: str  # "learned": position_embd added to the embeddings; "rope_norm" / "rope_neox": ROPE mode 0 / NEOX
+    ffn: str  # "gelu": up, GELU, down; "swiglu" / "geglu": act(gate)·up, down; "swiglu_fused": ffn_up = [gate | up]
+    about: str = ""  # what the family's layer does, in a line
+    qk_norm: bool = False  # q and k RMS-normed per head (attn_q_norm, attn_k_norm) before RoPE
+    post_norms: bool = False  # attn_post_norm and ffn_post_norm on the branch outputs before the residual ADDs
+    parallel: bool = False  # the FFN reads attn_norm too; l_out = ffn_out + attn_out + residual (falcon)
+    embd_scale: str | None = None  # the embeddings' scale: "sqrt_n_embd" (gemma) or a GGUF key (granite)
+    residual_scale_key: str | None = None  # each branch output scaled by it before its residual ADD (granite)
+    logit_scale_key: str | None = None  # the logits divided by it (granite)
+    final_softcap_key: str | None = None  # the logits soft-capped by it (gemma2/3) ...
+    final_softcap_default: float | None = None  # ... or by this when the key is absent (gemma2: 30)
+    swa_rope_base: float | None = None  # RoPE base of windowed layers without rope.freq_base_swa (gemma3: 10000)
 
 
 @dataclass(frozen=True)
@@ -56,31 +69,56 @@ class Arch:
 
 GENERIC = Attention()  # an architecture the table does not know: llama-like attention from the generic keys
 
-_GPT2 = Forward(norm="layer", norm_eps_key="attention.layer_norm_epsilon", positions="learned", ffn="gelu")
-_LLAMA = Forward(norm="rms", norm_eps_key="attention.layer_norm_rms_epsilon", positions="rope_norm", ffn="swiglu")
+_RMS = "attention.layer_norm_rms_epsilon"
+_LN = "attention.layer_norm_epsilon"
+_GPT2 = Forward(norm="layer", norm_eps_key=_LN, positions="learned", ffn="gelu",
+                about="LayerNorm with biases, learned positions, fused QKV with bias, GELU FFN")
+_LLAMA = Forward(norm="rms", norm_eps_key=_RMS, positions="rope_norm", ffn="swiglu",
+                 about="RMSNorm, RoPE mode 0 (rope_freqs factors when present), SwiGLU FFN, GQA")
+_QWEN2 = Forward(norm="rms", norm_eps_key=_RMS, positions="rope_neox", ffn="swiglu",
+                 about="llama-like with q/k/v biases and RoPE NEOX; an output bias when present")
+_QWEN3 = Forward(norm="rms", norm_eps_key=_RMS, positions="rope_neox", ffn="swiglu", qk_norm=True,
+                 about="q and k RMS-normed per head before RoPE NEOX; head dim from key_length")
+_GEMMA2 = Forward(norm="rms", norm_eps_key=_RMS, positions="rope_neox", ffn="geglu", post_norms=True,
+                  embd_scale="sqrt_n_embd", final_softcap_key="final_logit_softcapping", final_softcap_default=30.0,
+                  about="embeddings × sqrt(n_embd), post-norms on both branches, GEGLU, logits soft-capped (30)")
+_GEMMA3 = Forward(norm="rms", norm_eps_key=_RMS, positions="rope_neox", ffn="geglu", post_norms=True, qk_norm=True,
+                  embd_scale="sqrt_n_embd", final_softcap_key="final_logit_softcapping", swa_rope_base=10000.0,
+                  about="gemma2's layer with q/k norms; windowed layers' RoPE base 10000 unless rope.freq_base_swa")
+_PHI3 = Forward(norm="rms", norm_eps_key=_RMS, positions="rope_neox", ffn="swiglu_fused",
+                about="fused QKV, RoPE NEOX, one up projection holding gate and up (SWIGLU of its halves)")
+_GRANITE = Forward(norm="rms", norm_eps_key=_RMS, positions="rope_norm", ffn="swiglu",
+                   embd_scale="embedding_scale", residual_scale_key="residual_scale", logit_scale_key="logit_scale",
+                   about="llama's layer with embedding, residual and logit scales")
+_STARCODER2 = Forward(norm="layer", norm_eps_key=_LN, positions="rope_neox", ffn="gelu",
+                      about="LayerNorm with biases, biased projections, RoPE NEOX, GELU FFN with biases")
+_FALCON = Forward(norm="layer", norm_eps_key=_LN, positions="rope_neox", ffn="gelu", parallel=True,
+                  about="fused QKV, RoPE NEOX, attention and FFN in parallel from one LayerNorm (attn_norm_2 "
+                        "for the projections when present)")
 
 ARCHS: dict[str, Arch] = {a.name: a for a in (
     Arch("gpt2", "GPT-2: LayerNorm, learned positions, fused QKV, GELU FFN", forward=_GPT2),
     Arch("llama", "Llama (SmolLM2, Mistral-style): RMSNorm, RoPE (mode 0), SwiGLU FFN, GQA", forward=_LLAMA),
-    Arch("qwen2", "Qwen2: llama-like with q/k/v biases, RoPE NEOX"),
-    Arch("qwen3", "Qwen3: q/k RMS norms before RoPE; head dim from key_length"),
+    Arch("qwen2", "Qwen2: llama-like with q/k/v biases, RoPE NEOX", forward=_QWEN2),
+    Arch("qwen3", "Qwen3: q/k RMS norms before RoPE; head dim from key_length", forward=_QWEN3),
     Arch("qwen2moe", "Qwen2-MoE: qwen2 attention, softmax MoE router"),
     Arch("qwen3moe", "Qwen3-MoE: qwen3 attention, softmax MoE router"),
-    Arch("starcoder2", "StarCoder2: LayerNorm, biases, RoPE"),
-    Arch("falcon", "Falcon: fused QKV, MQA or GQA, parallel attention and FFN"),
+    Arch("starcoder2", "StarCoder2: LayerNorm, biases, RoPE", forward=_STARCODER2),
+    Arch("falcon", "Falcon: fused QKV, MQA or GQA, parallel attention and FFN", forward=_FALCON),
     Arch("phi2", "Phi-2: q pre-scaled by 1/sqrt(D_h)", Attention(scale="q_prescaled", q_scale="head_dim")),
     Arch("phi3", "Phi-3: q pre-scaled by 1/sqrt(D_h); its sliding_window key is ignored (SWA disabled)",
-         Attention(scale="q_prescaled", q_scale="head_dim")),
+         Attention(scale="q_prescaled", q_scale="head_dim"), forward=_PHI3),
     Arch("gemma", "Gemma: q pre-scaled by 1/sqrt(D_h)", Attention(scale="q_prescaled", q_scale="head_dim")),
     Arch("gemma2", "Gemma 2: q pre-scaled, soft-cap (default 50), window (default 4096) on every other layer",
          Attention(scale="q_prescaled", q_scale="gemma_27b", gemma_27b_layers=46, softcap_default=50.0,
-                   swa="standard", swa_default=4096, swa_pattern=2)),
+                   swa="standard", swa_default=4096, swa_pattern=2), forward=_GEMMA2),
     Arch("gemma3", "Gemma 3: q pre-scaled, q/k norms; a window only when sliding_window is set (5 of 6 layers)",
-         Attention(scale="q_prescaled", q_scale="gemma_27b", gemma_27b_layers=62, swa="standard", swa_pattern=6)),
+         Attention(scale="q_prescaled", q_scale="gemma_27b", gemma_27b_layers=62, swa="standard", swa_pattern=6),
+         forward=_GEMMA3),
     Arch("gemma-embedding", "EmbeddingGemma: non-causal, q pre-scaled, symmetric window (5 of 6 layers)",
          Attention(scale="q_prescaled", q_scale="head_dim", swa="symmetric", swa_pattern=6, causal=False)),
     Arch("granite", "Granite: attention.scale (attention_multiplier) as the SOFT_MAX scale",
-         Attention(scale="attention.scale")),
+         Attention(scale="attention.scale"), forward=_GRANITE),
     Arch("gpt-oss", "gpt-oss: attention sinks, window on every other layer, softmax MoE router",
          Attention(scale="rope_dim", sinks=True, swa="standard", swa_pattern=2)),
     Arch("bloom", "BLOOM: ALiBi with max_bias 8 (fixed in llama.cpp), no RoPE", Attention(alibi_max_bias=8.0)),

@@ -5,6 +5,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..arch.vocab import shown
 from ..results import SiteReport, describe
 from .columns import NEVER, Col, dropped, fit
 from .report import EXIT_FAIL, EXIT_PASS, Report
@@ -251,6 +252,12 @@ def facts_lines(report: Report) -> list[str]:
     return lines
 
 
+def token_lines(report: Report) -> list[str]:
+    """With a model: each run's tokens, id and text."""
+    return [f"tokens of run {r}: " + "  ".join(f"{i} {escape(shown(t))}" for i, t in zip(ids, text))
+            for r, (ids, text) in enumerate(zip(report.tokens, report.token_text)) if ids and text]
+
+
 def coverage_lines(report: Report) -> list[str]:
     """What was checked under which facts, what could not be checked from the dump alone, and why."""
     if not report.sites:
@@ -311,6 +318,8 @@ def render(report: Report, console: Console, *, quiet: bool = False, verbose: bo
         note = table_note(report, table, verbose)
         for line in ([note] if note else []) + coverage_lines(report):
             console.print(f"[dim]{escape(line)}[/]", highlight=False)
+        for line in token_lines(report):  # their text escaped already
+            console.print(f"[dim]{line}[/]", highlight=False)
     for line in check_lines(report) if verbose and not quiet else []:
         console.print(line, style="red" if " FAIL " in line else None, markup=False, highlight=False, soft_wrap=True)
     for line in failure_lines(report, None if verbose else 10):

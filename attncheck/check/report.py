@@ -18,6 +18,7 @@ class Report:
     evaluations: int = 0
     runs: int = 0
     tokens: list[tuple[int, ...] | None] = field(default_factory=list)  # per run; None: the log printed no ids
+    token_text: list[list[str] | None] = field(default_factory=list)  # per run, with a model: each token's text
     flash_nodes: int = 0
     inferred_kq_scale: float | None = None
     inferred_rows: int = 0
@@ -141,6 +142,7 @@ class Report:
             "reason": self.unverified_reason() if self.exit_code == EXIT_UNVERIFIED else None,
             "runs": self.runs,
             "tokens": [None if t is None else list(t) for t in self.tokens],
+            "token_text": self.token_text or None,
             "evaluations": self.evaluations,
             "flash_attention_nodes": self.flash_nodes,
             "stopped_early": self.stopped_early,

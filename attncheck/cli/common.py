@@ -133,7 +133,20 @@ def vocab(model: str | None) -> list[str] | None:
         tokens = read_header(model).meta.get("tokenizer.ggml.tokens")
     except ModelError:
         return None
-    return tokens if isinstance(tokens, list) else None
+    return None if tokens is None or isinstance(tokens, int) else tokens  # a lazily decoded list (gguf_header.Strings)
+
+
+def model_meta(model: str | None) -> dict | None:
+    """A --model's header metadata (its vocabulary); a file that is not a GGUF is a usage error (exit 2)."""
+    if model is None:
+        return None
+    from ..arch.gguf_header import read_header
+
+    try:
+        return read_header(model).meta
+    except ModelError as e:
+        fail(str(e))
+        sys.exit(EXIT_INPUT)
 
 
 def tokens(text: str | None) -> tuple[int, ...] | None:

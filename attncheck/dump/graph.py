@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import BinaryIO, Iterable, Iterator
 
 from ..errors import DumpError
+from .names import Names
 from .records import Node, NodeRef, Note, RunStart, scan
 from .sample import CUT_ADVICE, fits
 
@@ -270,7 +271,7 @@ class Dump:
 
     def _evaluations(self, records: Iterable) -> Iterator[Evaluation]:
         current: Evaluation | None = None
-        latest: dict[str, Node] = {}
+        latest = Names()
         first_key: tuple | None = None
         run, index, in_run = -1, 0, 0
         n_past: int | None = 0
@@ -294,7 +295,7 @@ class Dump:
                 if current is not None:
                     yield finish(current)
                     index += 1
-                current, latest, first_key = None, {}, None
+                current, latest, first_key = None, Names(), None
                 run, in_run, n_past, tokens = run + 1, 0, 0, rec.tokens
                 continue
             node: Node = rec
@@ -304,16 +305,14 @@ class Dump:
                 T = current.T
                 n_past = None if (T is None or n_past is None) else n_past + T
                 index, in_run = index + 1, in_run + 1
-                current, latest = None, {}
+                current, latest = None, Names()
             if current is None:
                 if run < 0:
                     run = 0
                 current = Evaluation(index, run, in_run, n_past, tokens, runs_before=len(self.runs))
                 first_key = key
-            s0, s1 = node.srcs
-            node.inputs = (latest.get(s0.name) if s0 is not None else None,
-                           latest.get(s1.name) if s1 is not None else None)
-            latest[node.name] = node
+            node.inputs = (latest.source(node, 0), latest.source(node, 1))
+            latest.add(node)
             current.nodes.append(node)
             if node.cut and not self.final:  # a part ends between nodes: a node that does not end whole is damage
                 node.cut = False

@@ -13,9 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .graph import Evaluation
+from .paths import LAYOUT, back_to_cur, before_post, is_branch, output_end, post_of, rotation
 from .records import Node
 
-LAYOUT = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT"}  # ops that move values without computing
 
 # role: what it is (in graph order within a layer); derived names start from these, in this order
 ROLES = {
@@ -24,6 +24,10 @@ ROLES = {
     "Qcur": "queries before the views (after RoPE where present)",
     "Kcur": "keys before the views, as stored (after RoPE where present)",
     "Vcur": "values before the views, as stored",
+    "q_scaled": "q pre-scaled before kq (a SCALE node: gemma, phi3)",
+    "q_rot": "q rotated by the Hadamard matrix of a quantized K cache",
+    "k_rot": "K rotated by the Hadamard matrix of a quantized K cache, before the cache",
+    "v_rot": "V rotated by the Hadamard matrix of a quantized V cache, before the cache",
     "k_store": "the node writing K into the cache (SET_ROWS today, CPY in 2024)",
     "v_store": "the node writing V into the cache",
     "q": "kq's src1: queries {D_h, T, H}",
@@ -35,10 +39,14 @@ ROLES = {
     "kqv": "MUL_MAT(v, kq_soft_max): per-head outputs {D_h, T, H}",
     "flash_attn": "FLASH_ATTN_EXT(q, k): per-head outputs {D_h, H, T}",
     "kqv_out": "the heads merged (the CONT/RESHAPE after kqv)",
+    "kqv_unrot": "kqv_out rotated back (a quantized V cache's Hadamard matrix), the output projection's input",
     "attn_out": "the output projection of kqv_out (plus its bias when present)",
+    "attn_post": "attn_out after its post-norm (gemma) or residual scale (granite), as added to the residual",
+    "attn_ffn": "attention and FFN outputs added, before the residual (parallel blocks: falcon)",
     "ffn_inp": "residual + attn_out",
     "ffn_norm": "the normalised input of the FFN",
     "ffn_out": "the FFN's output, added to ffn_inp",
+    "ffn_post": "ffn_out after its post-norm (gemma) or residual scale (granite), as added to the residual",
     "l_out": "the layer's output: ffn_inp + ffn_out",
     "result_norm": "the final norm",
     "result_output": "the logits",
@@ -82,18 +90,6 @@ class Roles:
 def _weight_matmul(n: Node | None) -> bool:
     """MUL_MAT of a weight: src0 is not a printed node (weights are not printed), src1 is."""
     return n is not None and n.op == "MUL_MAT" and n.inputs[0] is None and n.inputs[1] is not None
-
-
-def _chain_back(start: Node | None) -> list[Node]:
-    """start, then src0 after src0 through layout ops, ending at the first node that computes (included)."""
-    out: list[Node] = []
-    n = start
-    while n is not None and len(out) < 32:
-        out.append(n)
-        if n.op not in LAYOUT:
-            break
-        n = n.inputs[0]
-    return out
 
 
 def _cur(chain: list[Node], D_h: int | None, T: int) -> Node | None:
@@ -149,28 +145,34 @@ def assign(ev: Evaluation) -> Roles:
             v = [n for n in span if n.ne == r["k_view"].ne and n is not r["k_view"] and n.op in LAYOUT]
             if v:
                 r["v_view"] = v[-1]
-        r.update({k: v for k, v in (
-            ("Qcur", _cur(_chain_back(r["q"].inputs[0]) if "q" in r else [], D_h, T)),
-            ("Kcur", _cur(_chain_back(r["k_store"].inputs[0]) if "k_store" in r else [], D_h, T)),
-            ("Vcur", _cur(_chain_back(r["v_store"].inputs[0]) if "v_store" in r else [], D_h, T)),
-        ) if v is not None})
+        for name, start, steps in (("Qcur", "q", {"scaled": "q_scaled", "rot": "q_rot"}),
+                                   ("Kcur", "k_store", {"rot": "k_rot"}), ("Vcur", "v_store", {"rot": "v_rot"})):
+            if start in r:
+                chain, passed = back_to_cur(r[start].inputs[0], D_h, T)
+                r.update({steps[k]: n for k, n in passed.items() if k in steps})
+                cur = _cur(chain, D_h, T)
+                if cur is not None:
+                    r[name] = cur
         norm = _norm_of(r.get("Qcur")) or _norm_of(r.get("Kcur"))
         if norm is not None:
             r["attn_norm"] = norm
-        end = _after_attention(out, r, ev.nodes, order, consumers)
+        end = _after_attention(out, r, ev.nodes, order, consumers, D_h)
         layers.append(r)
         prev_end = end if end is not None else order[id(out)] if out is not None else prev_end
     of: dict[int, Role] = {}
     sections: list[tuple[str, int | None, dict[str, Node]]] = []
-    if layers and "ffn_inp" in layers[0]:
-        inp = _residual(layers[0]["ffn_inp"], layers[0].get("attn_out"))
+    if layers and ("ffn_inp" in layers[0] or "attn_ffn" in layers[0]):
+        L0 = layers[0]
+        add, branch = (L0["ffn_inp"], L0.get("attn_post", L0.get("attn_out"))) if "ffn_inp" in L0 else \
+            (L0.get("l_out"), L0["attn_ffn"])
+        inp = _residual(add, branch) if add is not None else None
         if inp is not None:
             sections.append(("input", None, {"inp_embd": inp}))
     sections += [("layer", L, r) for L, r in enumerate(layers)]
     if layers and "l_out" in layers[-1]:
         tail = [n for n in ev.nodes[order[id(layers[-1]["l_out"])] + 1:] if _weight_matmul(n)]
         if tail:
-            out_roles = {"result_output": tail[-1]}
+            out_roles = {"result_output": output_end(tail[-1], consumers)}
             if tail[-1].inputs[1] is not None:
                 out_roles["result_norm"] = tail[-1].inputs[1]
             sections.append(("output", None, out_roles))
@@ -197,18 +199,12 @@ def _stores(span: list[Node], r: dict[str, Node]) -> None:
 
 
 def _after_attention(out: Node | None, r: dict[str, Node], nodes: list[Node], order: dict[int, int],
-                     consumers: dict[int, list[Node]]) -> int | None:
-    """kqv_out, attn_out, ffn_inp, ffn_norm, ffn_out, l_out after one layer's attention; returns l_out's index."""
+                     consumers: dict[int, list[Node]], d_h: int | None = None) -> int | None:
+    """kqv_out, attn_out, ffn_inp, ffn_norm, ffn_out, l_out after one layer's attention (and kqv_unrot, attn_post,
+    ffn_post, attn_ffn where the family has them); returns l_out's index."""
     if out is None:
         return None
-    n = out
-    while True:  # through the permute/cont that merge the heads
-        nxt = [c for c in consumers[id(n)] if c.op in LAYOUT and c.inputs[0] is n]
-        if not nxt:
-            break
-        n = nxt[0]
-    if n is not out:
-        r["kqv_out"] = n
+    n = _merge_heads(out, r, consumers, d_h)
     mm = next((c for c in consumers[id(n)] if _weight_matmul(c) and c.inputs[1] is n), None)
     if mm is None:
         return None
@@ -216,29 +212,66 @@ def _after_attention(out: Node | None, r: dict[str, Node], nodes: list[Node], or
     attn_out = bias or mm
     r["attn_out"] = attn_out
     n = attn_out
-    while True:  # ffn_inp = residual + attn_out, possibly after GET_ROWS(out_ids) in the last layer
+    while True:  # ffn_inp = residual + attn_out, after a post-norm or scale, and GET_ROWS(out_ids) in the last layer
+        post = post_of(n, consumers)
+        if post is not None:
+            r["attn_post"] = n = post
+            continue
         c = consumers[id(n)]
         add = next((x for x in c if x.op == "ADD"), None)
         if add is not None:
-            r["ffn_inp"] = add
             break
         rows = next((x for x in c if x.op == "GET_ROWS" and x.inputs[0] is n), None)
         if rows is None:
             return None
         n = rows
-    ffn_inp = r["ffn_inp"]
+    other = add.inputs[0] if add.inputs[1] is n else add.inputs[1]
+    if is_branch(other):  # parallel attention and FFN (falcon): attn_out + ffn_out, then the residual
+        r["attn_ffn"], r["ffn_out"] = add, other  # type: ignore[assignment]
+        l_out = next((x for x in consumers[id(add)] if x.op == "ADD"), None)
+        if l_out is None:
+            return None
+        r["l_out"] = l_out
+        return order[id(l_out)]
+    r["ffn_inp"] = ffn_inp = add
     later = nodes[order[id(ffn_inp)] + 1:]
     l_out = next((x for x in later if x.op == "ADD" and ffn_inp in x.inputs), None)
     if l_out is None:
         return None
     r["l_out"] = l_out
     other = l_out.inputs[0] if l_out.inputs[1] is ffn_inp else l_out.inputs[1]
+    pre = before_post(other)
+    if pre is not None:
+        r["ffn_post"], other = other, pre  # type: ignore[assignment]
     if other is not None:
         r["ffn_out"] = other
     mm = next((x for x in nodes[order[id(ffn_inp)] + 1: order[id(l_out)]] if _weight_matmul(x)), None)
     if mm is not None:
         r["ffn_norm"] = mm.inputs[1]
     return order[id(l_out)]
+
+
+def _merge_heads(out: Node, r: dict[str, Node], consumers: dict[int, list[Node]], d_h: int | None) -> Node:
+    """From kqv (or FLASH_ATTN_EXT) through the permute/cont that merge the heads (kqv_out), and the rotation back of
+    a quantized V cache (kqv_unrot); returns the node the output projection reads."""
+    n = out
+    width = out.ne[0] * (out.ne[1] if out.op == "FLASH_ATTN_EXT" else out.ne[2])
+    merged = lambda x: x.ne[0] == width and x.ne[2] == x.ne[3] == 1  # noqa: E731  ({H·D, T, 1, 1})
+    after_rot = False
+    for _ in range(32):
+        nxt = [c for c in consumers[id(n)] if c.op in LAYOUT and c.inputs[0] is n]
+        if not nxt:
+            rot = next((c for c in consumers[id(n)] if rotation(c, d_h) and c.inputs[1] is n), None)
+            if rot is None or after_rot:
+                break
+            n, after_rot = rot, True
+            continue
+        n = nxt[0]
+        if merged(n):
+            r["kqv_unrot" if after_rot else "kqv_out"] = n
+    if n is not out and "kqv_out" not in r:
+        r["kqv_out"] = n
+    return n
 
 
 def _residual(ffn_inp: Node, attn_out: Node | None) -> Node | None:

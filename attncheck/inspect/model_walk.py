@@ -7,7 +7,7 @@ with the dumped value where llama.cpp printed one (NaN where it did not). The ve
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import BinaryIO
 
 import numpy as np
@@ -21,6 +21,7 @@ from ..model.reference import Reference
 from ..dump.sample import Sample, parse_sample
 from ..arch import lookup
 from ..arch.gguf_header import read_header
+from ..arch.vocab import token_text
 from ..verify import Options, given_facts
 from .walk import HeadWalk, select, walk, walk_site
 
@@ -77,9 +78,14 @@ def walk_head(dump: str, layer: int, head: int, *, query: int | None = None, eva
     given = given_facts(Options(kq_scale=kq_scale), header)
     entry = lookup(header.arch) if header is not None else None
     if entry is None or entry.forward is None:
-        return walk(dump, layer, head, query=query, evaluation=evaluation, given=given), None
-    return walk_with_model(dump, layer, head, model, query=query, evaluation=evaluation, kq_scale=kq_scale,  # type: ignore
-                           tokens=tokens, given=given)
+        w, mw = walk(dump, layer, head, query=query, evaluation=evaluation, given=given), None
+    else:
+        w, mw = walk_with_model(dump, layer, head, model, query=query, evaluation=evaluation,  # type: ignore[arg-type]
+                                kq_scale=kq_scale, tokens=tokens, given=given)
+    if header is not None:  # with a model, the run's tokens as text
+        text = token_text(header.meta, w.tokens if w.tokens is not None else tokens)
+        w = replace(w, token_texts=tuple(text) if text is not None else None)
+    return w, mw
 
 
 def walk_with_model(dump: Dump | str | BinaryIO, layer: int, head: int, model: str, query: int | None = None,

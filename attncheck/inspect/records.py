@@ -112,6 +112,7 @@ class HeadWalk:
     slot_base: int = 0  # slot j holds position slot_base + j (n_past without a KV cache)
     n_tokens: int = 0  # slots holding a token
     facts: tuple[str, ...] = ()  # the attention facts used, each with where it came from
+    token_texts: tuple[str, ...] | None = None  # with a model: the text of each token of the run
 
     @property
     def position(self) -> int:
@@ -124,6 +125,10 @@ class HeadWalk:
 
     def token(self, position: int) -> int | None:
         return self.tokens[position] if self.tokens is not None and position < len(self.tokens) else None
+
+    def token_text(self, position: int) -> str | None:
+        t = self.token_texts
+        return t[position] if t is not None and position < len(t) else None
 
     @property
     def compared(self) -> int:

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import __version__
+from ..arch.vocab import shown
 from ..check.columns import NEVER, Col, dropped, fit, fits
 from ..check.mask import OUTSIDE_WINDOW, REASONS, VISIBLE
 from .walk import HeadWalk, Rows, span
@@ -65,8 +66,8 @@ def _label(gap: tuple[int, int]) -> str:
 
 
 def _tok(w: HeadWalk, position: int) -> str:
-    t = w.token(position)
-    return "" if t is None else f" tok {t}"
+    t, text = w.token(position), w.token_text(position)
+    return "" if t is None else f" tok {t}" + ("" if text is None else f" {escape(shown(text))}")
 
 
 def header(w: HeadWalk) -> Panel:
@@ -82,7 +83,10 @@ def header(w: HeadWalk) -> Panel:
         f"query {w.query}: position {w.position}"
         f"{'' if w.token(w.position) is None else f', token {w.token(w.position)}'} ({w.query_origin})",
     ]
-    if w.tokens is not None:
+    if w.tokens is not None and w.token_texts is not None:
+        lines.append("tokens of the run: " + "  ".join(f"{i} {escape(shown(t))}" for i, t in zip(w.tokens,
+                                                                                               w.token_texts)))
+    elif w.tokens is not None:
         lines.append(f"tokens of the run: {' '.join(map(str, w.tokens))}")
     lines += [f"fact: {escape(f)}" for f in w.facts[1:]]
     if w.row.sink is not None:
@@ -352,6 +356,7 @@ def walk_dict(w: HeadWalk) -> dict:
         "head": w.head, "H": w.H, "H_kv": w.H_kv, "kv_head": w.kv_head, "D_h": w.D_h, "n_kv": w.n_kv,
         "kq_scale": {"value": w.kq_scale, "origin": w.scale_origin},
         "tokens": list(w.tokens) if w.tokens is not None else None,
+        "token_text": list(w.token_texts) if w.token_texts is not None else None,
         "query": {"index": w.query, "position": w.position, "token": w.token(w.position), "chosen": w.query_origin},
         "shapes": [{"role": s.role, "node": s.name, "line": s.line, "op": s.op, "type": s.type, "ne": list(s.ne),
                     "head_axis": s.head_axis, "logical": s.logical, "logical_shape": list(s.logical_shape)}

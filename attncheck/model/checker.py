@@ -10,12 +10,13 @@ from dataclasses import dataclass, field, replace
 
 from ..dump.graph import Evaluation
 from ..results import CheckResult, SiteReport
-from .bounds import ERROR_MODELS, FLIP_SHARE, NMSE_CASCADE, NMSE_MAX, TAU
+from .bounds import ERROR_MODELS, FLIP_SHARE, NMSE_MAX, TAU, regime
 from .compare import NodeComparison
 from .expect import Expected
 from .mapping import Layer, map_evaluation
 from .runs import Runs
 from .summary import Summary
+from ..arch.gguf_header import Header
 from .weights import Model, load_model
 
 
@@ -29,22 +30,21 @@ class ModelChecker:
     tokens: tuple[int, ...] | None = None
     layers: frozenset[int] | None = None
     heads: frozenset[int] | None = None
+    header: Header | None = None  # the model's header when the caller has read it already
     model: Model = field(init=False)
     runs: Runs = field(init=False)
     summary: Summary = field(default_factory=Summary, init=False)
     activations: str = field(default="float", init=False)
-    tau: float = field(default=0.1, init=False)
 
     def __post_init__(self) -> None:
-        self.model = load_model(self.path)
+        self.model = load_model(self.path, self.header)
         first = "blk.0.attn_qkv.weight" if self.model.has("blk.0.attn_qkv.weight") else "blk.0.attn_q.weight"
         quantized = self.model.has(first) and self.model.tensor_type(first).name not in ("F32", "F16", "BF16")
         self.activations = "8-bit" if quantized else "float"
-        self.tau = TAU[self.activations]
         if self.kq_scale is not None:
             self.model.hparams = replace(self.model.hparams, kq_scale=float(self.kq_scale))
         self.runs = Runs(self.model, self.source, self.tokens)
-        self._compare = NodeComparison(self.source, self.tau, self.heads, self.summary)
+        self._compare = NodeComparison(self.source, self.activations, self.heads, self.summary)
 
     @property
     def current(self) -> tuple[Expected, dict] | None:
@@ -87,6 +87,13 @@ class ModelChecker:
             nodes={"flash_attn" if L.flash else "kq_soft_max": L.anchor.name}, line=L.anchor.line, results=results,
             rows_whole=0, rows_printed=0)
 
+    def _allowance(self) -> dict:
+        """The cascade allowance of each run's regime (activations, KV class) by node class, for the JSON."""
+        regimes = sorted({regime(self.activations, r["kv_type"], r.get("v_type") or r["kv_type"])
+                          for r in self.runs.finished if r.get("kv_type")})
+        return {"tau": {f"{a}, {kv} cache": TAU[(a, kv)] for a, kv in regimes},
+                "nmse_max": {"derived": NMSE_MAX, "cascade": None}}  # cascade: reported, not a failure
+
     def finish(self, complete: bool = True) -> tuple[list[SiteReport], dict]:
         """No SiteReport is held back; and the JSON `model` block: the model, the error models, per-kind figures,
         the first divergent node.
@@ -101,12 +108,13 @@ class ModelChecker:
                         "head_dim": hp.head_dim, "kq_scale": hp.kq_scale, "n_vocab": hp.n_vocab},
             "runs": self.runs.finished,
             "error_models": ERROR_MODELS,
-            "tau": self.tau, "activations": self.activations, "nmse_max": {"derived": NMSE_MAX, "cascade": NMSE_CASCADE},
+            "activations": self.activations, **self._allowance(),
             "flip_share": FLIP_SHARE,
             "nodes_checked": len(s.notes),
             "coverage": s.coverage,
             "by_check": s.by_check(),
             "first_beyond_print": s.first(lambda n: n.beyond_print > 0),
             "first_failed": s.first(lambda n: not n.passed),
+            "cascade": s.cascade(),
             "skipped": s.skipped,
         }

@@ -10,14 +10,18 @@ import numpy as np
 from .. import precision
 from ..dump.sample import Sample, parse_sample
 from ..results import CheckResult, Failure, Location, compare, located
-from .bounds import DERIVED, DERIVED_ROWS, F32_REL, FLIP_SHARE, NMSE_CASCADE, NMSE_MAX, PRINT
-from .expect import Expected
-from .mapping import CANONICAL, Layer, Mapped, arrange
+from .bounds import F32_REL, FLIP_EXPECTED, FLIP_SHARE, NMSE_MAX, PRINT, TAU, node_class, regime
+from .expectation import Expectation, expectation
+from .mapping import KV_QUANTITIES, Layer, Mapped
 from .runs import Run
 from .summary import Summary
 
-CHECK = {"q": "model_q", "Kcur": "model_kcur", "Vcur": "model_vcur", "k": "model_k", "v": "model_v",
-         "kq": "model_kq", "kq_soft_max": "model_softmax", "kqv": "model_kqv"}
+CHECK = {"q": "model_q", "Qcur": "model_q", "q_scaled": "model_q", "Kcur": "model_kcur", "Krot": "model_kcur",
+         "Vcur": "model_vcur", "Vrot": "model_vcur", "k": "model_k", "v": "model_v", "kq": "model_kq",
+         "kq_scores": "model_kq_scores", "kq_soft_max": "model_softmax", "kqv": "model_kqv"}
+
+
+QUERY_HEADS = ("Qcur", "q_scaled", "q", "kq", "kq_scores", "kq_soft_max", "kqv")  # quantities per query head
 
 
 def check_name(m: Mapped) -> str:
@@ -28,72 +32,32 @@ def check_name(m: Mapped) -> str:
     return CHECK.get(m.quantity, f"model_{m.role}")
 
 
-@dataclass(frozen=True)
-class Expectation:
-    """A node's reference in its printed layout [ne2, ne1, ne0], with the allowances of its error model."""
-
-    model: str  # derived | cascade, + "+flash"
-    full: np.ndarray  # the reference
-    extra: np.ndarray  # allowances every element may use (f32 noise, the flash kernel)
-    flips: np.ndarray | None  # layer 0's rounding flips, for a few elements at most
-    valid: np.ndarray  # 1 where the node holds a value of the tensor, 0 in empty cache slots
-
-    @property
-    def derived(self) -> bool:
-        return self.model.startswith("derived")
-
-
-def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int) -> Expectation | None:
-    """The reference of a mapped node and its error model, or None when its ne does not fit the reference."""
-    node, ref_layer = m.node, m.ref_layer
-    flash = L.flash and m.quantity == "kqv"
-    derived = (ref_layer == 0 and m.quantity in DERIVED) or (m.role in DERIVED_ROWS and ref_layer in (0, None))
-    canon = CANONICAL[m.quantity]
-    ref = exp.value(m.quantity, m.role, ref_layer)
-    full = arrange(ref, canon, m.labels, node, n_past, T)
-    if full is None:
-        return None
-    extra = np.zeros(full.shape)
-    if flash:
-        extra += arrange(exp.flash(ref_layer), CANONICAL["kqv"], m.labels, node, n_past, T)  # type: ignore
-    if derived and ref_layer == 0:
-        noise = exp.noise(m.quantity)
-        if noise is not None:
-            extra += arrange(noise, canon, m.labels, node, n_past, T)  # type: ignore[operator]
-    flips = None
-    if derived:
-        f = exp.flips(m.quantity, flash) if ref_layer == 0 else None
-        if f is not None:
-            flips = arrange(f, canon, m.labels, node, n_past, T)
-    valid = arrange(np.ones(ref.shape), canon, m.labels, node, n_past, T)
-    model = ("derived" if derived else "cascade") + ("+flash" if flash else "")
-    return Expectation(model, full, extra, flips, valid)  # type: ignore[arg-type]
-
-
 @dataclass
 class NodeComparison:
     """Compares mapped nodes with the reference of their run; records each node in the summary."""
 
     source: str
-    tau: float  # the cascade allowance (bounds.TAU) for this model's weights
+    activations: str  # what the model's weight MUL_MATs do to their inputs: "8-bit" or "float" (bounds.TAU)
     heads: frozenset[int] | None
     summary: Summary
 
     def check(self, evaluation: int, L: Layer, m: Mapped, run: Run, n_past: int, T: int) -> list[CheckResult]:
         node = m.node
-        e = expectation(run.expected, L, m, n_past, T)  # type: ignore[arg-type]
+        s = parse_sample(node, self.source)
+        e = expectation(run.expected, L, m, n_past, T, tuple(s.index[1:]))  # type: ignore[arg-type]
         if e is None:
             self.summary.skipped.append(f"{node.name} (line {node.line}): its ne does not fit the reference")
             return []
-        s = parse_sample(node, self.source)
-        ix = np.ix_(*s.index[1:])
         keep = self._head_mask(m, s, L)
-        got, want = s.values[0][keep], e.full[ix][keep]
-        base = PRINT + F32_REL * np.abs(want) + e.extra[ix][keep]
+        exp = run.expected
+        reg, cls = regime(self.activations, exp.kv_type, exp.v_type), node_class(m.quantity, m.role)  # type: ignore
+        tau, nmse_cap = TAU[reg][cls], (NMSE_MAX if e.derived else math.inf)
+        got, want = s.values[0][keep], e.want[keep]
+        base = PRINT + F32_REL * np.abs(want) + e.extra[keep]
         err = np.abs(got - want)
         with np.errstate(invalid="ignore"):
             beyond = int(np.count_nonzero(~(err <= base)))
-        bound, note = self._bound(e, ix, keep, want, base, beyond, len(got))
+        bound, note = self._bound(e, keep, want, base, beyond, len(got), tau)
         if m.role in ("kq", "kq_soft_max", "flash_attn") and m.quantity in ("kq", "kq_soft_max", "kqv"):
             self.summary.cover(m.role, s.values[0].shape, keep, m.labels)
         res = compare(check_name(m), node, got, want, bound, self._locator(m, s, np.nonzero(keep), L, n_past, T),
@@ -101,26 +65,39 @@ class NodeComparison:
         res.error_model = e.model
         if len(got) < s.values[0].size:
             res.unchecked, res.why_unchecked = s.values[0].size - len(got), "not of the --head heads"
-        self._nmse(res, err, want, NMSE_MAX if e.derived else NMSE_CASCADE)
-        self.summary.note(evaluation, L.layer, node, res, e.model, beyond)
+        self._nmse(res, err, want, nmse_cap)
+        self.summary.note(evaluation, L.layer, node, res, e.model, beyond, self._tau_needed(e, keep, err, base, want))
         out = [res]
-        if self.heads is None:
-            out.append(self._sum(node, s, e, ix, bound, run))
-        return out
+        total = self._sum(node, s, e, bound, run, tau) if self.heads is None and e.whole is not None else None
+        return out + ([total] if total is not None else [])
 
-    def _bound(self, e: Expectation, ix, keep, want, base, beyond: int, n: int) -> tuple[np.ndarray, str]:
+    @staticmethod
+    def _tau_needed(e: Expectation, keep, err, base, want) -> float | None:
+        """Cascade nodes: the TAU this node's worst element needed, max (|err| − base) / rms (what calibration reads)."""
+        if e.derived:
+            return None
+        live = want[e.valid[keep]]
+        rms = float(np.sqrt(np.mean(live**2))) if len(live) else 0.0
+        gain = e.row_gain[keep] if e.row_gain is not None else 1.0
+        with np.errstate(invalid="ignore"):
+            over = float(np.nanmax((err - base) / gain, initial=0.0)) if len(err) else 0.0
+        return max(0.0, over) / rms if rms > 0 else (0.0 if over <= 0 else float("inf"))
+
+    def _bound(self, e: Expectation, keep, want, base, beyond: int, n: int, tau: float) -> tuple[np.ndarray, str]:
         """Derived: the flips are allowed while few elements need them; cascade: TAU·rms over the live values."""
         if e.derived:
-            allowed = math.ceil(FLIP_SHARE * n)
             if e.flips is None:
                 return base, ""
+            rate = float(np.mean(e.touched[keep])) if e.touched is not None and n else 0.0
+            allowed = math.ceil(max(FLIP_SHARE, min(1.0, FLIP_EXPECTED * rate)) * n)
             if beyond <= allowed:
-                return base + e.flips[ix][keep], ""
+                return base + e.flips[keep], ""
             return base, (f"{beyond} of {n} printed elements are beyond print precision; rounding flips explain "
                           f"at most {allowed}, so none is allowed")
-        live = want[e.valid[ix][keep] > 0]  # not the empty cache slots: they hold no value of the tensor
+        live = want[e.valid[keep]]  # not the empty cache slots: they hold no value of the tensor
         rms = float(np.sqrt(np.mean(live**2))) if len(live) else 0.0
-        return base + self.tau * rms, ""
+        gain = e.row_gain[keep] if e.row_gain is not None else 1.0
+        return base + tau * rms * gain, ""
 
     @staticmethod
     def _nmse(res: CheckResult, err: np.ndarray, want: np.ndarray, nmse_max: float) -> None:
@@ -149,7 +126,7 @@ class NodeComparison:
             elif label == "kvhead":
                 sel = np.isin(logical, sorted(kv_heads))
             elif label == "col":
-                per = m.quantity in ("k", "v", "Kcur", "Vcur")
+                per = m.quantity in KV_QUANTITIES
                 sel = np.isin(logical // L.D_h, sorted(kv_heads if per else self.heads))
             else:
                 continue
@@ -187,30 +164,28 @@ class NodeComparison:
                 at["pos"] = at["slot"]
             return Location(**at)
 
-        query_heads = m.quantity in ("q", "kq", "kq_soft_max", "kqv")  # K/V elements belong to a KV head
+        query_heads = m.quantity in QUERY_HEADS  # K/V elements belong to a KV head
         for label, values in zip(m.labels, logical):
             if query_heads and label in ("head", "col"):
                 return located(where, values if label == "head" else values // L.D_h)
         return where
 
     @staticmethod
-    def _sum(node, s: Sample, e: Expectation, ix, bound: np.ndarray, run: Run) -> CheckResult:
+    def _sum(node, s: Sample, e: Expectation, bound: np.ndarray, run: Run, tau: float) -> CheckResult:
         """The `sum =` line: the whole tensor today, the printed values only before llama.cpp PR #15637."""
-        full = e.full
+        w = e.whole
+        assert w is not None
         got = s.sums[0]
-        n_valid = int(np.count_nonzero(e.valid))
-        mag = float(np.abs(full).sum())
-        want = float(full.sum())
-        own = F32_REL * mag + float(e.extra.sum())
+        own = F32_REL * w.magnitude + w.extra
         if e.derived:
-            own += float(e.flips.sum()) if e.flips is not None else 0.0
+            own += w.flips
         else:
-            own += math.sqrt(n_valid * NMSE_CASCADE * float(np.sum(full**2)))
-        b_full = own + precision.sum_bound(n_valid, mag)
+            own += tau * math.sqrt(w.n * w.squares)
+        b_full = own + precision.sum_bound(w.n, w.magnitude)
         where = lambda i: None  # noqa: E731  (a whole-tensor value has no element)
-        res = compare("model_sum", node, [got], [want], [b_full], where, note="full tensor")
-        printed = full[ix]
-        if printed.size != full.size:  # elided: the two meanings of `sum` differ
+        res = compare("model_sum", node, [got], [w.total], [b_full], where, note="full tensor")
+        printed = e.want
+        if printed.size != int(np.prod(node.ne)):  # elided: the two meanings of `sum` differ
             p_want = float(printed.sum())
             p_bound = float(np.sum(bound)) + precision.sum_bound(printed.size, float(np.abs(printed).sum()))
             alt = compare("model_sum", node, [got], [p_want], [p_bound], where,

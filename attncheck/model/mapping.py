@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-import numpy as np
 
 from ..dump.graph import Evaluation
 from ..dump.records import Node
@@ -25,18 +24,24 @@ LAYOUT = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT"}  # ops that move va
 
 # reference quantity -> its canonical labels (the axes of the array model_expect.Expected gives for it)
 CANONICAL = {
-    "q": ("query", "head", "dim"),  # Qcur after RoPE [T, H, D_h]
+    "Qcur": ("query", "head", "dim"),  # Qcur after RoPE [T, H, D_h]
+    "q_scaled": ("query", "head", "dim"),  # q pre-scaled (gemma, phi3)
+    "q": ("query", "head", "dim"),  # what kq reads: pre-scaled and rotated where the graph does so
     "Kcur": ("query", "kvhead", "dim"),  # [T, H_kv, D_h], before the cache's rounding
+    "Krot": ("query", "kvhead", "dim"),  # K rotated for a quantized K cache
     "Vcur": ("query", "kvhead", "dim"),
+    "Vrot": ("query", "kvhead", "dim"),
     "k": ("kvhead", "slot", "dim"),  # K cache [H_kv, slots, D_h] as stored
     "v": ("kvhead", "dim", "slot"),  # V cache [H_kv, D_h, slots] as stored (transposed)
     "kq": ("head", "query", "slot"),  # [H, T, slots]
+    "kq_scores": ("head", "query", "slot"),  # what SOFT_MAX reads when not kq (soft-capping)
     "kq_soft_max": ("head", "query", "slot"),
     "kqv": ("head", "query", "dim"),  # [H, T, D_h]
     "rows": ("one", "row", "col"),  # [1, rows, width]: inp_embd, attn_norm, attn_out, ffn_*, l_out, result_*
 }
-ROW_ROLES = ("inp_embd", "attn_norm", "attn_out", "ffn_inp", "ffn_norm", "ffn_out", "l_out", "result_norm",
-             "result_output")
+KV_QUANTITIES = ("k", "v", "Kcur", "Vcur", "Krot", "Vrot")  # per KV head
+ROW_ROLES = ("inp_embd", "attn_norm", "kqv_unrot", "attn_out", "attn_post", "ffn_inp", "ffn_norm", "ffn_out",
+             "ffn_post", "l_out", "result_norm", "result_output")
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ class Layer:
     T: int
     kv_type: str | None  # storage type of the K cache view (f16 by default)
     mapped: list[Mapped]
+    v_type: str | None = None  # storage type of the V cache view
 
 
 def _fits(node: Node, labels: tuple[str, str, str], sizes: dict[str, int]) -> bool:
@@ -126,7 +132,7 @@ def _per_head(node: Node | None, role: str, quantity: str, options, sizes, ref_l
     for labels in options:
         if labels[2] == "col":
             if node.ne[3] == 1 and node.ne[2] == 1 and (labels[1] == "slot" or node.ne[1] == sizes[labels[1]]) and \
-                    node.ne[0] == sizes["dim"] * sizes["kvhead" if quantity in ("k", "v", "Kcur", "Vcur") else "head"]:
+                    node.ne[0] == sizes["dim"] * sizes["kvhead" if quantity in KV_QUANTITIES else "head"]:
                 return Mapped(node, role, quantity, labels, ref_layer)
         elif _fits(node, labels, sizes):
             return Mapped(node, role, quantity, labels, ref_layer)
@@ -148,13 +154,17 @@ def _layer(r: dict[str, Node], L: int, ref_layer: int, consumers) -> Layer | Non
     sizes = {"head": H, "kvhead": H_kv, "query": T, "dim": D_h, "one": 1, "slot": n_kv}
     picks = [
         ("q", "q", [("head", "query", "dim")]),
-        ("Qcur", "q", [("query", "head", "dim"), ("one", "query", "col")]),
+        ("q_scaled", "q_scaled", [("query", "head", "dim")]),
+        ("Qcur", "Qcur", [("query", "head", "dim"), ("one", "query", "col")]),
         ("Kcur", "Kcur", [("query", "kvhead", "dim"), ("one", "query", "col")]),
+        ("k_rot", "Krot", [("query", "kvhead", "dim")]),
         ("Vcur", "Vcur", [("query", "kvhead", "dim"), ("one", "query", "col")]),
+        ("v_rot", "Vrot", [("query", "kvhead", "dim")]),
         ("k_view", "k", [("kvhead", "slot", "dim")]),
         ("v_view", "v", [("kvhead", "slot", "dim")] if flash else [("kvhead", "dim", "slot")]),
         ("k_store", "k", [("one", "slot", "col")]),
         ("kq", "kq", [("head", "query", "slot")]),
+        ("kq_scores", "kq_scores", [("head", "query", "slot")]),
         ("kq_soft_max", "kq_soft_max", [("head", "query", "slot")]),
         ("kqv", "kqv", [("head", "query", "dim")]),
         ("flash_attn", "kqv", [("query", "head", "dim")]),
@@ -185,7 +195,8 @@ def _layer(r: dict[str, Node], L: int, ref_layer: int, consumers) -> Layer | Non
         n = r.get(role)
         if n is not None and n.ne[2] == 1 and n.ne[3] == 1:
             add(Mapped(n, role, "rows", CANONICAL["rows"], ref_layer))
-    return Layer(L, anchor, flash, H, H_kv, D_h, n_kv, T, k.type, mapped)
+    v = r.get("v_view")
+    return Layer(L, anchor, flash, H, H_kv, D_h, n_kv, T, k.type, mapped, v.type if v is not None else None)
 
 
 def map_evaluation(ev: Evaluation, roles: Roles | None = None) -> list[Layer]:
@@ -215,38 +226,3 @@ def map_evaluation(ev: Evaluation, roles: Roles | None = None) -> list[Layer]:
             target = out[0] if role.section == "input" else out[-1]
             target.mapped.append(Mapped(n, role.name, "rows", CANONICAL["rows"], None))
     return out
-
-
-def arrange(a: np.ndarray, canon: tuple[str, str, str], labels: tuple[str, str, str], node: Node,
-             n_past: int, T: int) -> np.ndarray | None:
-    """A canonical array over the run → the node's layout for this evaluation: [ne2, ne1, ne0].
-
-    query: positions n_past..n_past+T-1; row: the last ne1 of them; slot: slots 0..n_past+T-1, zero-padded to the
-    node's slot count (empty cache slots); (one, X, col): the other two axes merged, head-major (heads · D_h).
-    """
-    pos = np.arange(n_past, n_past + T)
-    merged = labels[2] == "col" and "col" not in canon
-    want = [labels[1]] if merged else list(labels)
-    sizes = dict(zip(labels, node.ne[2::-1]))
-    for axis, label in enumerate(canon):
-        if label == "query":
-            a = np.take(a, pos, axis=axis)
-        elif label == "row":
-            a = np.take(a, pos[T - sizes.get("row", T):], axis=axis)
-        elif label == "slot":
-            n = sizes.get("slot", 0) if not merged else node.ne[1]
-            a = np.take(a, np.arange(n_past + T), axis=axis)
-            if n < n_past + T:
-                return None
-            pad = [(0, 0)] * a.ndim
-            pad[axis] = (0, n - (n_past + T))
-            a = np.pad(a, pad)
-    if merged:
-        rest = [c for c in canon if c != labels[1]]
-        a = a.transpose([canon.index(labels[1]), *(canon.index(c) for c in rest)])
-        a = a.reshape(1, a.shape[0], -1)
-    else:
-        a = a.transpose([canon.index(x) for x in want])
-    if a.shape != tuple(node.ne[2::-1]):
-        return None
-    return a

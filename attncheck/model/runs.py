@@ -11,8 +11,10 @@ from ..dump.sample import parse_sample
 from ..errors import DumpError
 from .bounds import F32_REL, FLIP_SHARE, PRINT
 from .expect import Expected
-from .mapping import CANONICAL, Layer, arrange
-from .reference import KV_TYPES, forward
+from .grid import locate
+from .mapping import CANONICAL, Layer
+from .numerics import KV_TYPES
+from .reference import forward
 from .token_ids import recover
 
 EMBEDDINGS = "embeddings"  # Run.origin of ids looked up in the model's embedding table
@@ -96,10 +98,12 @@ class Runs:
         self.check_count(run, ev, layers)
         self.check_shapes(layers)
         kv = layers[0].kv_type or "f16"
-        if kv not in KV_TYPES:
-            raise DumpError(self.source, line, f"the KV cache is {kv}: --model emulates {', '.join(KV_TYPES)} caches "
-                                               "only")
-        run.expected = self._calibrated(ev, layers, run, kv, line)
+        kv_v = layers[0].v_type or kv
+        for t in (kv, kv_v):
+            if t not in KV_TYPES:
+                raise DumpError(self.source, line, f"the KV cache is {t}: --model emulates {', '.join(KV_TYPES)} "
+                                                   "caches only")
+        run.expected = self._calibrated(ev, layers, run, (kv, kv_v), line)
         self.current = run
         return run
 
@@ -129,16 +133,17 @@ class Runs:
             raise DumpError(self.source, layers[0].anchor.line, "cannot place this evaluation's looked-up token ids: "
                                                                 "an earlier one had no attention to count T")
         run.tokens = run.tokens + ids
-        kv = run.expected.kv_type if run.expected else "f16"
+        kv = (run.expected.kv_type, run.expected.v_type) if run.expected else ("f16", "f16")
         run.expected = self._reference(run.tokens, kv, run.arithmetic.get("f16_src1", "convert"), run.line)
 
-    def _reference(self, tokens: tuple[int, ...], kv: str, f16_src1: str, line: int) -> Expected:
+    def _reference(self, tokens: tuple[int, ...], kv: tuple[str, str], f16_src1: str, line: int) -> Expected:
         try:
-            return Expected(forward(self.model, tokens, kv_type=kv, f16_src1=f16_src1), kv, self.model)
+            ref = forward(self.model, tokens, kv_type=kv[0], v_type=kv[1], f16_src1=f16_src1)
+            return Expected(ref, kv[0], self.model)
         except ValueError as e:
             raise DumpError(self.source, line, f"the tokens do not fit the model {self.model.path}: {e}") from None
 
-    def _calibrated(self, ev: Evaluation, layers: list[Layer], run: Run, kv: str, line: int) -> Expected:
+    def _calibrated(self, ev: Evaluation, layers: list[Layer], run: Run, kv: tuple[str, str], line: int) -> Expected:
         """The reference in the arithmetic this llama.cpp build used (reference.F16_SRC1), chosen on layer 0.
 
         An f16 src0 (F16 weights, an f16 V cache) multiplies a contiguous f32 src1 either converted to f16 (today)
@@ -169,11 +174,12 @@ class Runs:
         for m in L.mapped:
             if m.quantity not in ("q", "kqv") or L.flash or m.node.cut:
                 continue
-            full = arrange(exp.value(m.quantity, m.role, 0), CANONICAL[m.quantity], m.labels, m.node, n_past, L.T)
-            if full is None:
-                continue
             s = parse_sample(m.node, self.source)
-            want = full[np.ix_(*s.index[1:])]
+            ref = exp.value(m.quantity, m.role, 0)
+            g = locate(CANONICAL[m.quantity], m.labels, m.node.ne, n_past, L.T, tuple(s.index[1:]), ref.shape)
+            if g is None:
+                continue
+            want = g.take(ref)
             with np.errstate(invalid="ignore"):
                 beyond += int(np.count_nonzero(~(np.abs(s.values[0] - want) <= PRINT + F32_REL * np.abs(want))))
             total += want.size
@@ -205,7 +211,7 @@ class Runs:
                                 f"{hp.n_head} query heads, {hp.n_head_kv} KV heads of D_h = {hp.head_dim}")
             for m in L.mapped:
                 if m.quantity == "rows":
-                    width = hp.n_vocab if m.role == "result_output" else hp.n_embd
+                    width = {"result_output": hp.n_vocab, "kqv_unrot": hp.n_head * hp.head_dim}.get(m.role, hp.n_embd)
                     if m.node.ne[0] != width:
                         raise DumpError(self.source, m.node.line,
                                         f"the model does not fit this dump: '{m.node.name}' ({m.role}) is "
@@ -217,7 +223,8 @@ class Runs:
         if run is None:
             return
         self.finished.append({"run": run.index, "tokens": list(run.tokens), "tokens_from": run.origin,
-                              "kv_type": run.expected.kv_type if run.expected else None, "queries_seen": run.T_seen,
+                              "kv_type": run.expected.kv_type if run.expected else None,
+                              "v_type": run.expected.v_type if run.expected else None, "queries_seen": run.T_seen,
                               "arithmetic": run.arithmetic, "sums_of": run.sum_mode})
         self.current = None
         if complete and run.origin == "--tokens" and run.T_seen != len(run.tokens):

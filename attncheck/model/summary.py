@@ -23,6 +23,7 @@ class NodeNote:
     nmse: float
     beyond_print: int
     passed: bool
+    tau_needed: float | None = None  # cascade nodes: the TAU their worst element needed
 
 
 @dataclass
@@ -31,9 +32,10 @@ class Summary:
     coverage: dict[str, dict[str, int]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
 
-    def note(self, evaluation: int, layer: int, node, res: CheckResult, error_model: str, beyond: int) -> None:
+    def note(self, evaluation: int, layer: int, node, res: CheckResult, error_model: str, beyond: int,
+             tau_needed: float | None = None) -> None:
         self.notes.append(NodeNote(evaluation, layer, node.name, node.line, res.check, error_model, res.max_error,
-                                   res.nmse, beyond, res.passed))
+                                   res.nmse, beyond, res.passed, tau_needed))
 
     def cover(self, role: str, shape: tuple[int, ...], keep: np.ndarray, labels: tuple[str, str, str]) -> None:
         """Count printed elements and query rows (head × query) of kq, kq_soft_max and FLASH_ATTN_EXT checked."""
@@ -65,3 +67,25 @@ class Summary:
             k["failed"] += not n.passed
         return {k: {**v, "max_error": json_number(v["max_error"]), "max_nmse": json_number(v["max_nmse"])}
                 for k, v in sorted(kinds.items())}
+
+    def cascade(self) -> dict:
+        """What the cascade allowance needed (bounds.TAU): overall and per layer, the largest TAU a
+        node's worst element needed and the largest NMSE, with the node that needed the most."""
+        notes = [n for n in self.notes if n.tau_needed is not None]
+        if not notes:
+            return {}
+        worst = max(notes, key=lambda n: n.tau_needed)
+        layers: dict[int, dict] = {}
+        for n in notes:
+            d = layers.setdefault(n.layer, {"layer": n.layer, "tau_needed": 0.0, "nmse": 0.0})
+            d["tau_needed"] = max(d["tau_needed"], n.tau_needed)
+            d["nmse"] = max(d["nmse"], n.nmse)
+        kinds: dict[str, dict] = {}
+        for n in notes:
+            d = kinds.setdefault(n.check, {"tau_needed": 0.0, "nmse": 0.0})
+            d["tau_needed"], d["nmse"] = max(d["tau_needed"], n.tau_needed), max(d["nmse"], n.nmse)
+        return {"tau_needed": json_number(worst.tau_needed), "nmse": json_number(max(n.nmse for n in notes)),
+                "at": {"evaluation": worst.evaluation, "layer": worst.layer, "node": worst.node, "check": worst.check},
+                "by_check": {k: {a: json_number(b) for a, b in v.items()} for k, v in sorted(kinds.items())},
+                "by_layer": [{k: json_number(v) if isinstance(v, float) else v for k, v in d.items()}
+                             for _, d in sorted(layers.items())]}

@@ -45,3 +45,25 @@ def pipe(model: Path, prompt: str, *llama_args: str, check_args: tuple[str, ...]
 
     check = again_if_cut(once)
     return check.returncode, json.loads(check.stdout) if check.stdout.strip() else {}, check.stderr
+
+
+def check_file(dump: Path, *args: str) -> tuple[int, dict, str]:
+    """`attncheck check DUMP --json - ARGS`: exit code, JSON ({} when none), stderr."""
+    done = subprocess.run([sys.executable, "-m", "attncheck", "check", str(dump), "--json", "-", *args],
+                          capture_output=True, text=True, timeout=1800)
+    assert "Traceback" not in done.stderr
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}, done.stderr
+
+
+def dump_file(dump: Path, model: Path, prompt: str, *llama_args: str, timeout: int = 900) -> Path:
+    """llama-eval-callback's merged output for a prompt, written to `dump`; made again (ATTEMPTS at most) while
+    llama.cpp's logger cuts it inside attention, which `check` without a model already tells."""
+    for _ in range(ATTEMPTS):
+        with open(dump, "wb") as out:
+            done = subprocess.run([BIN, "-m", str(model), "-p", prompt, "-t", "2", "--seed", "1", *llama_args],
+                                  stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
+        assert done.returncode == 0, dump.read_text(errors="replace")[-2000:]
+        code, _, err = check_file(dump, "-q")
+        if not (code == 2 and "the dump ends" in err):
+            break
+    return dump

@@ -2,8 +2,8 @@
 today's (0.3.36), and `attncheck diff` as the upgrade gate between them.
 
 Run by `make e2e`, which builds both binaries once into the cache folder and passes them in
-$LLAMA_EVAL_CALLBACK (today's) and $LLAMA_EVAL_CALLBACK_OLD, and the SmolLM2 model in $ATTNCHECK_SMOLLM2
-(scripts/fetch_smollm2.sh). Random-weight models of the architectures the 2024 build loads are made here
+$LLAMA_EVAL_CALLBACK (today's) and $LLAMA_EVAL_CALLBACK_OLD; SmolLM2 comes from conftest.py's fixture
+(scripts/fetch_models.py). Random-weight models of the architectures the 2024 build loads are made here
 (scripts/make_arch_models.py, scripts/make_deep_models.py; gpt2 and bloom with their output projection spelled out,
 scripts/untie_output.py). Gemma2's tiny model is refused by the 2024 build (it knows gemma2 only at 2B, 9B and 27B
 sizes: `GGML_ABORT` in its graph builder), the other architectures of make_arch_models.py are unknown to it.
@@ -30,7 +30,6 @@ from dumpedit import DumpEdit, printed  # noqa: E402
 from attncheck.run import flash_attn_off_args  # noqa: E402
 
 NEW_BIN, OLD_BIN = os.environ.get("LLAMA_EVAL_CALLBACK"), os.environ.get("LLAMA_EVAL_CALLBACK_OLD")
-SMOLLM2 = os.environ.get("ATTNCHECK_SMOLLM2")
 pytestmark = pytest.mark.skipif(not (NEW_BIN and OLD_BIN), reason="set LLAMA_EVAL_CALLBACK and "
                                 "LLAMA_EVAL_CALLBACK_OLD (make e2e builds and sets them)")
 
@@ -89,13 +88,6 @@ def models(tmp_path_factory) -> Path:
                        check=True)
         (out / "untied.gguf").replace(tied)
     return out
-
-
-@pytest.fixture(scope="session")
-def smollm2() -> Path:
-    if not SMOLLM2 or not Path(SMOLLM2).exists():
-        pytest.skip("set ATTNCHECK_SMOLLM2 (make e2e fetches it with scripts/fetch_smollm2.sh)")
-    return Path(SMOLLM2)
 
 
 def _occurrence(edit: DumpEdit, name: str, op: str) -> int:

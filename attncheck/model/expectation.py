@@ -1,0 +1,110 @@
+"""What one printed node should hold: the reference at its printed elements and the allowances of its error model
+(bounds.py), and the figures of the whole tensor its `sum =` line is checked against."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .bounds import DERIVED, DERIVED_ROWS
+from .expect import Expected
+from .grid import locate
+from .mapping import CANONICAL, Layer, Mapped
+
+
+@dataclass(frozen=True)
+class Whole:
+    """The whole node (its `sum =` line): the reference's sum, Σ|x|, Σx², element count, and the sums of the
+    allowances every element may use (extra) and of the flip allowances."""
+
+    total: float
+    magnitude: float
+    squares: float
+    n: int
+    extra: float
+    flips: float
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A node's reference at its printed elements [p2, p1, p0], with the allowances of its error model."""
+
+    model: str  # derived | cascade, + "+flash"
+    want: np.ndarray  # the reference
+    extra: np.ndarray  # allowances every element may use (f32 noise, the flash kernel)
+    flips: np.ndarray | None  # layer 0's rounding flips, for a few elements at most
+    valid: np.ndarray  # True where the node holds a value of the tensor, False in empty cache slots
+    touched: np.ndarray | None  # the chance that a rounding flip touches each element (layer0.touched)
+    whole: Whole | None  # None when the reference does not hold the whole tensor (the logits)
+    row_gain: np.ndarray | None = None  # cascade, a norm's output: how much its row amplifies relative deviations
+
+    @property
+    def derived(self) -> bool:
+        return self.model.startswith("derived")
+
+
+def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int,
+                printed: tuple[np.ndarray, ...]) -> Expectation | None:
+    """The reference of a mapped node at its printed indices (per axis), or None when its ne does not fit."""
+    node, ref_layer = m.node, m.ref_layer
+    if m.role == "result_output":
+        return _logits(exp, node, n_past, T, printed)
+    flash = L.flash and m.quantity == "kqv"
+    derived = (ref_layer == 0 and m.quantity in DERIVED) or (m.role in DERIVED_ROWS and ref_layer in (0, None))
+    canon = CANONICAL[m.quantity]
+    ref = exp.value(m.quantity, m.role, ref_layer)
+    g = locate(canon, m.labels, node.ne, n_past, T, printed, ref.shape)
+    if g is None:
+        return None
+    terms = []
+    if flash:
+        terms.append(exp.flash(ref_layer))  # type: ignore[arg-type]
+    if derived and ref_layer == 0:
+        terms.append(exp.noise(m.quantity))
+    terms = [t for t in terms if t is not None]
+    flips = exp.flips(m.quantity, flash) if derived and ref_layer == 0 else None
+    touched = exp.touched(m.quantity) if flips is not None else None
+    extra = sum((g.take(t) for t in terms), np.zeros(g.valid.shape))
+    block = g.block(ref)
+    whole = Whole(float(block.sum(dtype=np.float64)), float(np.abs(block).sum(dtype=np.float64)),
+                  float(np.square(block, dtype=np.float64).sum()), int(block.size),
+                  sum(float(g.block(t).sum()) for t in terms), float(g.block(flips).sum()) if flips is not None else 0.0)
+    model = ("derived" if derived else "cascade") + ("+flash" if flash else "")
+    gain = _row_gain(exp, m, g, ref.shape) if not derived else None
+    return Expectation(model, g.take(ref), extra, g.take(flips) if flips is not None else None, g.valid,
+                       g.take(touched) if touched is not None else None, whole, gain)
+
+
+def _row_gain(exp: Expected, m: Mapped, g, shape) -> np.ndarray | None:
+    """A norm's output y_t = w·x_t/rms(x_t) carries its input row's relative deviation: a row whose rms is below the
+    node's (over the rows it holds) amplifies the deviations the cascade allowance expects at the node's scale, by
+    rms_node(x)/rms(x_t) (>= 1)."""
+    x = exp.norm_input(m.role, m.ref_layer) if m.quantity == "rows" else None
+    if x is None:
+        return None
+    ms = np.mean(np.square(np.asarray(x, np.float64)), axis=-1)  # [T_all]
+    rows = ms[g.region[1]]
+    if rows.size == 0:  # a node of no rows (GET_ROWS kept none in this ubatch)
+        return None
+    with np.errstate(divide="ignore"):
+        gain = np.sqrt(np.mean(rows) / np.maximum(ms, 1e-30))
+    return g.take(np.broadcast_to(np.maximum(gain, 1.0)[None, :, None], shape))
+
+
+def _logits(exp: Expected, node, n_past: int, T: int, printed: tuple[np.ndarray, ...]) -> Expectation | None:
+    """result_output {n_vocab, rows}: the reference holds the logits at the vocabulary entries a dump prints only,
+    so the `sum` of the whole vocabulary is not checked."""
+    ref, cols = exp.ref.get(None, "result_output"), exp.ref.vocab_cols
+    if cols is None or node.ne[0] != exp.ref.hparams.n_vocab:
+        return None
+    at = np.searchsorted(cols, printed[2])
+    if np.any(at >= len(cols)) or np.any(cols[np.minimum(at, len(cols) - 1)] != printed[2]):
+        return None
+    g = locate(("one", "row", "col"), ("one", "row", "col"), (len(cols), *node.ne[1:]), n_past, T,
+               (printed[0], printed[1], at), (1, *ref.shape))
+    if g is None:
+        return None
+    want = g.take(np.asarray(ref)[None])
+    zeros = np.zeros(want.shape)
+    return Expectation("cascade", want, zeros, None, g.valid, None, None)
+

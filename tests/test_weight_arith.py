@@ -1,0 +1,148 @@
+"""The reference's number formats and matrix products against independent formulas (no llama.cpp needed).
+
+Each expected value is computed here the way ggml's C code does it, block by block with integers (ggml-quants.c,
+ggml-cpu/arch/x86/quants.c), not with the module under test; the end-to-end tests then hold the same emulation to
+llama.cpp's own output for every weight type (tests/e2e/test_weight_types_e2e.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import dequantize as gguf_dequantize, quantize as gguf_quantize
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from attncheck.model import blocks, dequant, matmul, numerics, steps
+from attncheck.model.attention import Cache, hadamard
+from conftest import FIXTURES
+
+F32 = np.float32
+RNG = np.random.default_rng(7)
+
+
+@pytest.mark.parametrize("qtype", [QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.BF16, QT.F16])
+def test_fast_dequantizers_equal_gguf(qtype):
+    x = (RNG.standard_normal((8, 256)) * 3).astype(F32)
+    raw = gguf_quantize(x, qtype).view(np.uint8).reshape(8, -1)
+    want = gguf_dequantize(raw, qtype).reshape(8, 256)
+    np.testing.assert_array_equal(dequant.dequantize(raw, qtype, np.float64), want.astype(np.float64))
+
+
+def test_dequantizing_a_shipped_model_matches_gguf():
+    from attncheck.model.weights import load_model
+
+    m = load_model(FIXTURES / "models" / "gpt2-mini-q8_0.gguf")
+    name = "blk.0.attn_qkv.weight"
+    want = gguf_dequantize(np.asarray(m.raw(name)), m.tensor_type(name)).reshape(m.matrix(name).shape)
+    np.testing.assert_array_equal(m.matrix(name), want.astype(np.float64))
+    np.testing.assert_array_equal(m.rows("token_embd.weight", [3, 257]), m.tensor("token_embd.weight")[[3, 257]])
+
+
+def _q8_1_blocks(x: np.ndarray):
+    """quantize_row_q8_1 (x86 AVX2): per block of 32, d = amax/127, q = round-half-even(x · 127/amax) as integers,
+    d16 = f16(d), s = f16(d · Σq) with d in f32."""
+    b = x.reshape(-1, 32).astype(F32)
+    amax = np.abs(b).max(1)
+    d = (amax / F32(127)).astype(F32)
+    q = np.rint(b * (F32(127) / amax)[:, None]).astype(np.int64)
+    return q, d.astype(np.float16).astype(np.float64), np.float16(F32(d * q.sum(1))).astype(np.float64)
+
+
+@pytest.mark.parametrize("qtype", [QT.Q4_1, QT.Q5_1])
+def test_q8_1_dot_uses_the_f16_block_sum_times_the_weight_min(qtype):
+    """vec_dot_q4_1_q8_1 / vec_dot_q5_1_q8_1: Σ_blocks d_w·d_x·Σ q_w q_x + m_w·s_x, with s_x the f16 block sum."""
+    x = RNG.standard_normal((1, 256)).astype(F32)
+    w = (RNG.standard_normal((4, 256)) + 0.3).astype(F32)
+    raw = gguf_quantize(w, qtype).view(np.uint8).reshape(4, -1)
+    size = {QT.Q4_1: 20, QT.Q5_1: 24}[qtype]
+    blocks_w = raw.reshape(4, -1, size)
+    d_w = blocks_w[:, :, 0:2].copy().view(np.float16)[..., 0].astype(np.float64)
+    m_w = blocks_w[:, :, 2:4].copy().view(np.float16)[..., 0].astype(np.float64)
+    w_deq = gguf_dequantize(raw, qtype).reshape(4, -1, 32).astype(np.float64)
+    q_w = np.rint((w_deq - m_w[..., None]) / d_w[..., None])  # the stored integers
+    q_x, d_x, s_x = _q8_1_blocks(x)
+    want = ((d_w * d_x[None] * (q_w * q_x[None]).sum(-1)) + m_w * s_x[None]).sum(-1)
+    got = matmul.dot(x, w_deq.reshape(4, 256), "q8_1", numerics.block_mins(raw, qtype))[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    without_s = matmul.dot(x, w_deq.reshape(4, 256), "q8_0")[0]  # what Q8_0 activations would give
+    assert np.abs(without_s - want).max() > 10 * np.abs(got - want).max()
+
+
+@settings(max_examples=40, deadline=None)
+@given(arrays(np.float32, (3, 256), elements=st.floats(-100, 100, width=32, allow_subnormal=False)))
+def test_q8_k_round_trip(x):
+    """quantize_row_q8_K_ref: per 256, the first largest |x| gives iscale = -127/max; q = min(127, round(iscale·x))."""
+    y = numerics.q8_k(x).reshape(3, 256).astype(np.float64)
+    for row, out in zip(x, y):
+        mx = row[np.argmax(np.abs(row))]
+        if mx == 0:
+            assert not out.any()
+            continue
+        iscale = F32(-127) / mx
+        q = np.minimum(127, np.rint((row * iscale).astype(F32)))
+        np.testing.assert_array_equal(out, (q * (F32(1) / iscale)).astype(F32))
+
+
+def test_iq4_nl_cache_values_lie_on_its_table():
+    x = RNG.standard_normal((4, 64)).astype(F32)
+    y = numerics.iq4_nl(x).reshape(-1, 32)
+    for block in y:
+        d = np.abs(block).max() / 127
+        levels = np.unique(np.round(block / d * 127 / np.abs(numerics.IQ4NL_VALUES).max()))
+        assert len(np.unique(block)) <= 16 and len(levels) <= 16
+    assert np.abs(y - x.reshape(-1, 32)).max() < 0.5
+
+
+def test_kv_store_q4_1_keeps_mins_and_rounds_like_gguf():
+    x = RNG.standard_normal((5, 64)).astype(F32)
+    values, mins = numerics.store(x, "q4_1")
+    raw = gguf_quantize(x, QT.Q4_1).view(np.uint8).reshape(5, -1)
+    np.testing.assert_array_equal(values, gguf_dequantize(raw, QT.Q4_1).reshape(5, 64))
+    assert mins is not None and mins.shape == (5, 2)
+    assert numerics.store(x, "f16")[1] is None
+
+
+def test_hadamard_is_the_orthonormal_walsh_matrix():
+    n = 64
+    h = np.array([[1.0]])
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])  # ggml_gen_hadamard's recursion
+    h /= np.sqrt(n)
+    x = RNG.standard_normal((3, 2, 128)).astype(F32)
+    want = (x.reshape(-1, n).astype(np.float64) @ h.T).reshape(x.shape)
+    got = hadamard(x, n)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(hadamard(got, n), x, atol=1e-5)  # its own inverse
+    assert Cache.of("q8_0", "f16", 128, 128) == Cache("q8_0", "f16", 128, 0)
+    assert Cache.of("q8_0", "q8_0", 64, 64) == Cache("q8_0", "q8_0", 64, 64)
+    assert Cache.of("f16", "f16", 64, 64) == Cache()
+
+
+def test_layer_norm_is_the_normalised_row():
+    x = (RNG.standard_normal((4, 100)) * 3 + 1).astype(F32)
+    y = blocks.layer_norm(x, 1e-5).astype(np.float64)
+    xd = x.astype(np.float64)
+    want = (xd - xd.mean(1, keepdims=True)) / np.sqrt(xd.var(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def test_rope_neox_rotates_halves():
+    x = RNG.standard_normal((3, 2, 8)).astype(F32)
+    y = blocks.rope(x, np.arange(3), 8, 10000.0, neox=True)
+    theta = np.arange(3)[:, None] * 10000.0 ** (-2 * np.arange(4) / 8)
+    c, s = np.cos(theta)[:, None], np.sin(theta)[:, None]
+    want = np.concatenate([x[..., :4] * c - x[..., 4:] * s, x[..., :4] * s + x[..., 4:] * c], -1)
+    np.testing.assert_allclose(y, want, atol=1e-5)
+
+
+def test_steps_of_each_format():
+    x = np.array([[1.0] * 31 + [127.0]], dtype=F32)
+    assert steps.step(x, "q8_0")[0, 0] == pytest.approx(1.0)
+    assert steps.step(x, "q4_0")[0, 0] == pytest.approx(127 / 8)
+    assert steps.step(x, "q4_1")[0, 0] == pytest.approx(126 / 15)
+    assert steps.step(np.array([1.0], F32), "f16")[0] == 2.0**-10
+    assert not steps.step(x, "f32").any()
+    assert matmul.vec_dot_type(QT.Q4_K) == "q8_k" and matmul.vec_dot_type(QT.IQ4_NL) == "q8_0"
+    assert matmul.vec_dot_type(QT.Q5_1) == "q8_1" and matmul.vec_dot_type(QT.BF16) == "bf16"

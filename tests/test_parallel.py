@@ -66,6 +66,23 @@ def test_an_error_names_the_same_line(tmp_path, monkeypatch):
     assert cut.value.line == e.line_of("kq_soft_max-0", (0, 0, 0), occurrence=2)
 
 
+@pytest.mark.parametrize("size", [500, 3000, 60000])
+def test_a_file_is_cut_where_a_stream_is(tmp_path, size):
+    """A regular file is cut in a memory map into spans the workers read themselves; a stream is read in blocks:
+    both give the same parts, with the same first lines."""
+    import io
+
+    path = tmp_path / "two.txt"
+    path.write_bytes(b"".join((FIXTURES / n).read_bytes() for n in ("gpt2-ubatch2.txt", "llama-gqa-long.txt")))
+    with open(path, "rb") as f:
+        spans = list(parts_module.parts(f, size))
+    mapped = [(p.text(), p.first_line, p.final) for p in spans]
+    streamed = [(p.text(), p.first_line, p.final) for p in parts_module.parts(io.BytesIO(path.read_bytes()), size)]
+    assert mapped == streamed and len(mapped) > 2
+    assert all(p.data is None for p in spans)  # spans of the file, not copies of it
+    assert b"".join(t for t, _, _ in mapped) == path.read_bytes()
+
+
 def test_stdin_is_read_in_parts_too():
     data = (FIXTURES / "gpt2-ubatch2.txt").read_bytes()
     r = run("check", "-", "-j", "2", "--json", "-", stdin=data)

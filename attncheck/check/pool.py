@@ -35,7 +35,7 @@ class PartResult:
 
 def gather_part(part: Part, source: str, layers: frozenset[int] | None) -> PartResult:
     """Read one part as a dump of its own and gather each evaluation (runs in a worker process)."""
-    d = Dump(io.BytesIO(part.data), source, part.first_line, part.final)
+    d = Dump(io.BytesIO(part.text()), source, part.first_line, part.final)
     out: list[EvalData] = []
     error = None
     try:
@@ -44,7 +44,7 @@ def gather_part(part: Part, source: str, layers: frozenset[int] | None) -> PartR
             ev.nodes.clear()
     except DumpError as e:
         error = e
-    return PartResult(out, d.runs, d.notes, d.cut.ref if d.cut is not None else None, error, len(part.data))
+    return PartResult(out, d.runs, d.notes, d.cut.ref if d.cut is not None else None, error, part.size)
 
 
 def jobs_default() -> int:

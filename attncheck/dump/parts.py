@@ -3,13 +3,18 @@
 An evaluation starts where the graph starts again: the header of the run's first node recurs, with the same name,
 type, op and first source (its other sources' ne, such as the token count, may change). Every part but the first
 begins with such a header, so a part read alone starts a fresh evaluation, as it would in one pass; each part knows
-the line it starts at and whether it is the dump's last. The input is read in blocks, files and stdin alike, so
-memory holds a few parts at most.
+the line it starts at and whether it is the dump's last. A regular file is mapped, not read: a part is its span of
+the file, which the worker reads itself, so the parent neither copies nor sends the text. A stream (stdin) is read
+in blocks, so memory holds a few parts at most.
 """
 from __future__ import annotations
 
+import mmap
+import os
 import re
 from typing import BinaryIO, Iterator, NamedTuple
+
+import numpy as np
 
 PART = 4 << 20  # bytes: big enough that a part's work dwarfs sending it to a worker
 BLOCK = 8 << 20
@@ -19,9 +24,23 @@ _HEAD = re.compile(rb"^(.*? = \([^()\s]+\) *[A-Z0-9_]+\([^{\n]*\{[-\d, ]+\})")
 
 
 class Part(NamedTuple):
-    data: bytes
+    data: bytes | None  # the text, or None when it is `span` of the file at `path`
     first_line: int  # the line the part's first byte is on
     final: bool  # the dump's last part
+    path: str | None = None
+    span: tuple[int, int] = (0, 0)  # [start, end) in bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.data is not None else self.span[1] - self.span[0]
+
+    def text(self) -> bytes:
+        """The part's bytes (read from the file when the part is a span of it)."""
+        if self.data is not None:
+            return self.data
+        with open(self.path, "rb") as f:  # type: ignore[arg-type]
+            f.seek(self.span[0])
+            return f.read(self.span[1] - self.span[0])
 
 
 def start_of_graph(block: bytes) -> bytes | None:
@@ -36,7 +55,44 @@ def start_of_graph(block: bytes) -> bytes | None:
 def parts(stream: BinaryIO, size: int | None = None) -> Iterator[Part]:
     """The dump's parts (about `size` bytes each, PART by default), in order; one part when it cannot be cut (no
     repeated graph start found)."""
-    size = size or PART
+    path = _regular_file(stream)
+    if path is not None:
+        yield from _file_parts(stream, path, size or PART)
+    else:
+        yield from _stream_parts(stream, size or PART)
+
+
+def _regular_file(stream: BinaryIO) -> str | None:
+    """The path of a stream that is a whole regular file read from its start, when that path still names it."""
+    try:
+        name, st = stream.name, os.fstat(stream.fileno())  # type: ignore[attr-defined]
+        if not isinstance(name, str) or stream.tell() != 0 or st.st_size == 0 or not os.path.isfile(name):
+            return None
+        there = os.stat(name)
+    except (AttributeError, OSError, ValueError):
+        return None
+    return name if (there.st_dev, there.st_ino) == (st.st_dev, st.st_ino) else None
+
+
+def _file_parts(stream: BinaryIO, path: str, size: int) -> Iterator[Part]:
+    """The file's parts as spans of it, cut in a memory map of it."""
+    with mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        start = start_of_graph(mm[:BLOCK])
+        total, line, pos = len(mm), 1, 0
+        floor = mm.find(start) + 1 if start is not None else 0
+        while start is not None and total - pos > size:
+            cut = mm.find(b"\n" + start, max(pos + size, floor))
+            if cut < 0:
+                break
+            cut += 1
+            yield Part(None, line, False, path, (pos, cut))
+            line += int(np.count_nonzero(np.frombuffer(mm, np.uint8, cut - pos, pos) == 10))
+            pos = cut
+        yield Part(None, line, True, path, (pos, total))
+
+
+def _stream_parts(stream: BinaryIO, size: int) -> Iterator[Part]:
+    """A stream's parts, read in blocks."""
     buf = b""
     line = 1
     start: bytes | None = None

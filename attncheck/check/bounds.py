@@ -12,7 +12,8 @@ def softmax_bound(p: np.ndarray, scale: float, n_visible: np.ndarray | int, scal
 
     A change δ in every score moves p by at most p·(e^{2·scale·δ} − 1) (the δ_j − Σ p_k δ_k of softmax's derivative).
     """
-    return PRINT + p * (np.expm1(2 * scale * PRINT) + (np.asarray(n_visible) + 4 + 2 * np.abs(scaled_max)) * F32)
+    with np.errstate(invalid="ignore"):  # a non-finite score (inf · 0): the finite check fails it
+        return PRINT + p * (np.expm1(2 * scale * PRINT) + (np.asarray(n_visible) + 4 + 2 * np.abs(scaled_max)) * F32)
 
 
 def ratio_bound(pred: np.ndarray, p_ref: np.ndarray, scale: float):

@@ -55,7 +55,7 @@ def alibi_candidates(views: list[SiteView], facts: AttentionFacts) -> list[float
             a, b = j[:, None], j[None, :]
             dist = (np.abs(pos[t] - k_pos[b]) - np.abs(pos[t] - k_pos[a])).astype(float)
             use = dist != 0
-            with np.errstate(divide="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore"):  # a non-finite score: the finite check fails it
                 m = (np.log(P[t][a] / P[t][b]) - u.scale * (S[t][a] - S[t][b]))[use] / dist[use]
             slopes.extend(m.tolist())
     if slopes:

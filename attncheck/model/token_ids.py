@@ -13,8 +13,7 @@ from gguf import GGML_QUANT_SIZES
 from ..dump.graph import Evaluation
 from ..dump.sample import parse_sample
 from ..errors import DumpError
-from gguf.quants import dequantize
-
+from .dequant import dequantize
 from .weights import Model
 
 EMBEDDINGS = "token_embd.weight"
@@ -45,8 +44,7 @@ def _columns(model: Model, cols: np.ndarray) -> np.ndarray:
     ne0, n_vocab = model.ne(EMBEDDINGS)[:2]
     qtype = model.tensor_type(EMBEDDINGS)
     block, size = GGML_QUANT_SIZES[qtype]
-    data = np.asarray(model._get(EMBEDDINGS).data).reshape(n_vocab, -1)
-    raw = data.view(np.uint8) if data.dtype != np.uint8 else data
+    raw = model.raw(EMBEDDINGS)  # [n_vocab, bytes per row], memory-mapped
     out = np.empty((n_vocab, len(cols)), dtype=np.float32)
     for b in sorted({int(c) // block for c in cols}):
         part = np.ascontiguousarray(raw[:, b * size:(b + 1) * size])

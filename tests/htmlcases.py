@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import FIXTURES
 from dumpedit import DumpEdit
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"  # not conftest's: under tests/e2e that name is theirs
 
 NASTY = "</script><img src=x onerror=alert(1)>\"'&<!--"
 NASTY_NODE = NASTY + "-0"  # the layer number stays readable at the end of the name

@@ -62,13 +62,13 @@ def occurrence(edit: DumpEdit, name: str, op: str) -> int:
 def test_a_moved_layer0_qcur_fails_naming_node_position_and_dim(dumps, smollm2, tmp_path):
     edit = DumpEdit(dumps["cat"], tmp_path / "moved.txt")
     k = occurrence(edit, "Qcur-0", "ROPE(")
-    edit.add("Qcur-0", (10, 3, 61), 0.01, occurrence=k)  # position 10, head 3, dim 61
+    edit.add("Qcur-0", (10, 2, 61), 0.01, occurrence=k)  # position 10, head 2 (of 9 heads 0-2 and 6-8 print), dim 61
     code, doc, err = check_file(edit.save(), "--model", str(smollm2))
     assert code == 1, err[-2000:]
     bad = [(c["node"], c["line"], f["at"]) for s in doc["sites"] for c in s["checks"]
            if c["check"] == "model_q" and not c["passed"] for f in c["failures"]]
     assert bad and bad[0][0] == "Qcur-0" and bad[0][1] == edit.node("Qcur-0", k).line
-    assert bad[0][2] == {"head": 3, "query": 10, "dim": 61, "pos": 10}
+    assert bad[0][2] == {"head": 2, "query": 10, "dim": 61, "pos": 10}
     assert f"Qcur-0 (line {bad[0][1]})" in err or "Qcur-0" in doc["model"]["first_failed"]["node"]
 
 

@@ -1,9 +1,10 @@
 """`make bench`, second part: `attncheck check --model` beside the llama-eval-callback run it checks, on a real model.
 
 SmolLM2-135M-Instruct Q4_1 (scripts/fetch_models.py) and two prompts: 11 tokens in one evaluation, and 52 tokens in
-8 ubatches (-ub 7). Each command runs as its own process, best wall time of --repeat runs, with the peak RSS of that
-run (PSS summed over its processes); the ratios are what to compare across machines (both sides run on the same busy cores). Goals: attncheck's wall
-time at most 2x llama-eval-callback's, its peak memory at most the model file's size + 300 MB.
+8 ubatches (-ub 7). Each command runs as its own process, best wall time of --repeat runs, with the peak memory of
+that run (PSS summed over its processes); the ratios are what to compare across machines (both sides run on the same
+busy cores). Goals: attncheck's wall time at most 2x llama-eval-callback's, its peak memory at most the model file's
+size + 300 MB.
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def main() -> int:
         ok &= llama[2] == 0 and check[2] == 0 and t_ratio <= 2 and check[1] <= mem_goal
         print(f"  {what}: llama-eval-callback {llama[0]:.2f} s, {llama[1]:.0f} MB (exit {llama[2]}); "
               f"attncheck check --model {check[0]:.2f} s, {check[1]:.0f} MB (exit {check[2]})")
-        print(f"    time ratio {t_ratio:.2f} (goal <= 2); peak RSS {check[1]:.0f} MB (goal <= {mem_goal:.0f} MB: the "
+        print(f"    time ratio {t_ratio:.2f} (goal <= 2); peak memory {check[1]:.0f} MB (goal <= {mem_goal:.0f} MB: the "
               f"file + 300 MB)")
     return 0 if ok else 1
 

@@ -18,6 +18,7 @@ import numpy as np
 
 PART = 4 << 20  # bytes: big enough that a part's work dwarfs sending it to a worker
 BLOCK = 8 << 20
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)  # Linux, macOS; elsewhere the map's pages stay until it closes
 _FIRST_HEADER = re.compile(rb"(?m)^[^\n]*?_debug(?:_cb_eval)?: [^\n]*$")
 # a header up to its first source's ne: `...: name = (type)    OP(src0{ne}`
 _HEAD = re.compile(rb"^(.*? = \([^()\s]+\) *[A-Z0-9_]+\([^{\n]*\{[-\d, ]+\})")
@@ -80,6 +81,7 @@ def _file_parts(stream: BinaryIO, path: str, size: int) -> Iterator[Part]:
         start = start_of_graph(mm[:BLOCK])
         total, line, pos = len(mm), 1, 0
         floor = mm.find(start) + 1 if start is not None else 0
+        released = 0
         while start is not None and total - pos > size:
             cut = mm.find(b"\n" + start, max(pos + size, floor))
             if cut < 0:
@@ -88,7 +90,18 @@ def _file_parts(stream: BinaryIO, path: str, size: int) -> Iterator[Part]:
             yield Part(None, line, False, path, (pos, cut))
             line += int(np.count_nonzero(np.frombuffer(mm, np.uint8, cut - pos, pos) == 10))
             pos = cut
+            released = _release(mm, released, pos)
         yield Part(None, line, True, path, (pos, total))
+
+
+def _release(mm: mmap.mmap, released: int, upto: int) -> int:
+    """Unmap from this process the pages before `upto` that the cut has read (the page cache keeps them), so that its
+    memory stays flat however long the file; returns how far pages are released."""
+    end = upto - upto % mmap.PAGESIZE
+    if end > released and _DONTNEED is not None:
+        mm.madvise(_DONTNEED, released, end - released)
+        return end
+    return released
 
 
 def _stream_parts(stream: BinaryIO, size: int) -> Iterator[Part]:

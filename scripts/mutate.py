@@ -79,21 +79,24 @@ MUTANTS = [
     Mutant("n-past-reset", "n_past not carried from one evaluation (ubatch) to the next", "dump/graph.py",
            "else n_past + T", "else 0", CHECK),
     # --- diff ---
-    Mutant("diff-tol-x100", "diff's tolerance ×100", "diff/compare.py",
+    Mutant("diff-tol-x100", "diff's print-precision tolerance (--exact) ×100", "diff/nodes.py",
            "ATOL = 1e-4\nRTOL = 2.0**-16", "ATOL = 1e-2\nRTOL = 100 * 2.0**-16", DIFF),
+    Mutant("diff-drift-x10", "diff's drift allowance (A) ×10", "diff/drift.py", "A = 5.0  #", "A = 50.0  #",
+           DIFF + ("tests/test_diff_drift.py",)),
     Mutant("prefix-all", "--prefix compares all positions, not only those causality fixes", "diff/compare.py",
            "    if rep.prefix and T_short is not None:\n        keep = causal(",
            "    if False:\n        keep = causal(", DIFF),
     # --- --model ---
     Mutant("ref-no-rope", "the reference forward pass without RoPE", "model/reference.py",
-           '        if hp.forward.positions == "rope_norm":\n            q = _rope_norm',
-           '        if False:\n            q = _rope_norm', MODEL),
+           '        if not self.fw.positions.startswith("rope"):\n            return q, k',
+           '        if True:\n            return q, k', MODEL),
     Mutant("ref-no-layernorm", "the reference forward pass without GPT-2's LayerNorm", "model/reference.py",
-           "else _layer_norm(x, hp.norm_eps)", "else x", MODEL),
+           "else blocks.layer_norm(x, self.hp.norm_eps)", "else x", MODEL),
     Mutant("model-tau-x10", "--model's cascade allowance (TAU) ×10", "model/bounds.py",
-           'TAU = {"8-bit": 0.3, "float": 0.1}', 'TAU = {"8-bit": 3.0, "float": 1.0}', MODEL),
-    Mutant("model-noise-x10", "--model's layer-0 f32 summation noise ×10", "model/expect.py",
-           "g = gamma(hp.n_embd) + 3 * U32", "g = 10 * (gamma(hp.n_embd) + 3 * U32)", MODEL),
+           '("8-bit", "float"): {"scores": 0.18, "values": 1.35},',
+           '("8-bit", "float"): {"scores": 1.8, "values": 13.5},', MODEL),
+    Mutant("model-noise-x10", "--model's layer-0 f32 summation noise ×10", "model/layer0.py",
+           "/ 8 + 4) * U32", "/ 8 + 4) * 10 * U32", MODEL),
 ]
 
 

@@ -11,20 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layer0 import Layer0
+from .layer0 import U32, Layer0, gamma
 from .reference import Reference
 from .steps import UNIT
 from .weights import Model
 
-U32 = 2.0**-24  # f32 unit roundoff
 U16 = 2.0**-11  # f16 rounding, relative (half an ulp)
 # quantity (mapping.CANONICAL) → the reference's role, where the names differ
 ROLE = {"k": "k_cache", "v": "v_cache"}
-
-
-def gamma(n: int | np.ndarray) -> float | np.ndarray:
-    """Worst f32 error of a sum of n terms accumulated in >= 8 SIMD lanes, relative to Σ|terms|."""
-    return (np.asarray(n, dtype=np.float64) / 8 + 4) * U32
 
 
 class Expected(Layer0):

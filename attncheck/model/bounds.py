@@ -19,7 +19,7 @@ Error model (per node, the JSON says which applied; terms in expect.py):
 - "cascade": everything after layer 0's attention. A flip changes a value that later conversions round again (the
   next weight MUL_MAT's input quantized to 8-bit blocks or rounded to f16, q and P rounded, K and V stored in the
   cache type), so disagreements grow with depth and then level off. Allowance TAU·rms(ref), rms over the printed
-  elements that hold values (not empty cache slots), times a norm output's row gain (expectation._row_gain). TAU by
+  elements that hold values (not empty cache slots), times a norm output's row gain (node_expectation._row_gain). TAU by
   the run's coarsest roundings — the weights' activation conversion (8-bit blocks for quantized weights, f16/bf16 for
   float ones) and the KV cache type (f16/f32; q8_0/bf16; the coarse ones: q5_0, q5_1, q4_0, q4_1, iq4_nl) — and by
   what the node is (scores: kq, soft-capped scores, the K cache, the logits, whose deviations stay small beside their
@@ -41,9 +41,9 @@ Error model (per node, the JSON says which applied; terms in expect.py):
 - "+flash": FLASH_ATTN_EXT adds its kernel's arithmetic (f16 accumulation of P·V, P not rounded, f32 q in the tiled
   kernel), in every layer.
 - sums: the f32 accumulation of the printed `sum` (n·2^-24·Σ|x| + 5e-7) plus, derived, every element's allowance,
-  or, cascade, TAU·sqrt(n·Σref²) (the per-element allowance's rms, through Cauchy-Schwarz). Dumps from before llama.cpp PR #15637
-  summed the printed values only; which meaning a run uses is decided by the first derived node whose tight bound
-  tells them apart.
+  or, cascade, TAU·sqrt(n·Σref²) (the per-element allowance's rms, through Cauchy-Schwarz). Dumps from before
+  llama.cpp PR #15637 summed the printed values only; which meaning a run uses is decided by the first derived node
+  whose tight bound tells them apart.
 - the arithmetic of the build: an f16 src0 multiplies a contiguous f32 src1 converted to f16 (today) or as f32
   (2024 builds with llamafile's tinyBLAS); both are correct, they differ by ~1e-3 in layer 0, and the reference uses
   the one that fits layer 0's q and kqv (reference.F16_SRC1; the JSON says which).

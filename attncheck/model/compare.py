@@ -11,7 +11,7 @@ from .. import precision
 from ..dump.sample import Sample, parse_sample
 from ..results import CheckResult, Failure, Location, compare, located
 from .bounds import F32_REL, FLIP_EXPECTED, FLIP_SHARE, NMSE_MAX, PRINT, TAU, node_class, regime
-from .expectation import Expectation, expectation
+from .node_expectation import Expectation, expectation
 from .mapping import KV_QUANTITIES, Layer, Mapped
 from .runs import Run
 from .summary import Summary

@@ -287,8 +287,12 @@ def test_non_finite_weight_fails_at_its_place(dump, ev, layer, head, query, slot
     at = {"head": head, "query": query, "slot": slot}
     for check in ("finite", "softmax"):
         assert any(c == check and a == at for _, _, c, a, _ in fails), (check, fails)
+    row = edit.locate(softmax, (head, query, slot), ev)[0] + 1  # the value's own line, not the header's
+    assert row > node.line
     assert any(line.startswith(f"eval {ev} layer {layer} head {head}, query {query}, slot {slot}: {softmax} "
-                               f"(line {node.line}) {text.lstrip('-') if 'nan' in text else text}") for line in lines), lines
+                               f"(line {row}) {text.lstrip('-') if 'nan' in text else text}") for line in lines), lines
+    assert {f["line"] for s in doc["sites"] for c in s["checks"] if c["check"] == "finite"
+            for f in c["failures"]} == {row}
 
 
 def test_nan_and_inf_in_one_dump_are_both_reported(tmp_path):

@@ -119,8 +119,9 @@ def finite(view: SiteView) -> list[CheckResult]:
     out = []
     V = view.V[view.kv_printed] if view.V is not None else None  # [h', d, j]: heads whose KV head was printed
     v_heads = view.heads[view.kv_printed] if view.V is not None else None
-    for arr, node, last in ((view.S, view.site.scores, "slot"), (view.P, view.site.softmax, "slot"),
-                            (view.O, view.site.kqv, "dim"), (V, view.site.v, "v")):
+    nodes = ((view.S, view.site.scores, "slot", None), (view.P, view.site.softmax, "slot", view.P_rows),
+             (view.O, view.site.kqv, "dim", view.O_rows), (V, view.site.v, "v", None))
+    for arr, node, last, rows in nodes:  # rows: [h, t] the line of each printed row, where the view knows it
         if arr is None or node is None:
             continue
         if np.isfinite(arr).all():
@@ -137,6 +138,8 @@ def finite(view: SiteView) -> list[CheckResult]:
             axis = view.slots if last == "slot" else view.dims
             where = lambda i, h=h, t=t, x=x, axis=axis, last=last: Location(  # noqa: E731
                 int(view.heads[h[i]]), int(view.queries[t[i]]))._replace(**{last: int(axis[x[i]])})
+            if rows is not None:  # kq_soft_max and kqv print one row per (head, query): the value's own line
+                where.line_of = lambda i, h=h, t=t, rows=rows: int(rows[h[i], t[i]])
         res = compare("finite", node, vals, np.zeros_like(vals), np.zeros_like(vals), where)
         res.checked = arr.size
         out.append(res)

@@ -180,12 +180,14 @@ def test_one_moved_value_fails_named(tmp_path, dump, model, node, occurrence, in
     s, c = bad[0]
     assert s["evaluation"] == occurrence
     assert [f["at"] for f in c["failures"] if f["at"] is not None] == [at]  # (and, for a small node, its NMSE)
+    row = edit.locate(node, index, occurrence)[0] + 1  # the moved value's own line
+    assert [f["line"] for f in c["failures"] if f["at"] is not None] == [row] and row > line
     assert c["error_model"].startswith("derived")
     assert doc["model"]["first_failed"]["node"] == node
     # the line for people names node, layer, head and position
     text = run("check", tmp_path / dump, "--model", model, "-q")
     assert f"layer 0 head {at['head']}" in text.out and f"position {at['pos']}" in text.out
-    assert f"{node} (line {line})" in text.out
+    assert f"{node} (line {row})" in text.out
 
 
 def test_nmse_does_not_hide_one_moved_element(tmp_path):

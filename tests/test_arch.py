@@ -248,3 +248,20 @@ def test_list_names_every_layer_and_the_softmaxes_that_are_not_attention():
     assert [r.kind for r in rows] == ["recurrent (GATED_DELTA_NET)", "softmax"] * 2
     rows = list(listing(read_dump(FIXTURES / "gpt2-flash-attn.txt")))
     assert [(r.layer, r.kind, r.names) for r in rows] == [(0, "flash", ("node_21",)), (1, "flash", ("node_53",))]
+
+
+def test_a_moved_soft_cap_value_fails_at_its_row(tmp_path):
+    """One TANH output of gemma2's soft-cap moved by 0.01 (its input and output both printed): the step check fails
+    there and at the SCALE that reads it, each naming head, query and slot and the line of its printed row."""
+    e = DumpEdit(ARCH / "gemma2-ubatch2.txt", tmp_path / "d.txt")
+    e.add("kq_tanh-0", (3, 1, 0), 0.01)  # head 3, query 1, slot 0 of the first ubatch
+    row = e.locate("kq_tanh-0", (3, 1, 0))[0] + 1
+    row_next = e.locate("kq_scaled_2-0", (3, 1, 0))[0] + 1
+    r = run("check", e.save(), "--json", "-")
+    assert r.code == 1, r.err[-2000:]
+    doc = json.loads(r.out)
+    bad = [(s["evaluation"], s["layer"], c["node"], f["at"], f["line"]) for s in doc["sites"] for c in s["checks"]
+           if c["check"] == "step" and not c["passed"] for f in c["failures"]]
+    at = {"head": 3, "query": 1, "slot": 0}
+    assert bad == [(0, 0, "kq_tanh-0", at, row), (0, 0, "kq_scaled_2-0", at, row_next)]
+    assert row > e.node("kq_tanh-0").line

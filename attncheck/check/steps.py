@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import precision
 from ..dump.records import NodeRef
-from ..dump.sample import Sample
+from ..dump.sample import Sample, row_lines
 from ..results import CheckResult, Location, compare
 from .fits import consensus
 
@@ -24,14 +24,16 @@ MIN_INPUT = 0.01  # elements of smaller input tell little about a factor
 
 
 class Printed(NamedTuple):
-    """A printed sample's values [1, n2, n1, n0] and the logical index printed along each axis."""
+    """A printed sample's values [1, n2, n1, n0], the logical index printed along each axis, and the line of each
+    printed row [n2, n1] (so that a failure names the value's own line)."""
 
     values: np.ndarray
     index: tuple[np.ndarray, ...]
+    rows: np.ndarray
 
     @classmethod
     def of(cls, s: Sample | None) -> "Printed | None":
-        return None if s is None else cls(s.values, s.index)
+        return None if s is None else cls(s.values, s.index, row_lines(s.node))
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def check_step(s: Step, factor: tuple[float, float] | None) -> CheckResult:
     return compare("step", node, got, want, bound, where, note=note)
 
 
-def _locator(s: Sample, key: str):
+def _locator(s: Printed, key: str):
     """Flat element i of a printed scores sample [1, H, T, n_kv] or q sample [1, T, H, D_h] → its Location."""
     shape = s.values.shape
 
@@ -119,4 +121,11 @@ def _locator(s: Sample, key: str):
             return Location(int(ix[2][b]), int(ix[1][a]), dim=int(ix[3][c]))
         return Location(int(ix[1][a]), int(ix[2][b]), slot=int(ix[3][c]))
 
+    def line_of(i: int) -> int | None:
+        """The line of the printed row that holds element i."""
+        _, a, b, _ = np.unravel_index(i, shape)
+        line = int(s.rows[a, b])
+        return line if line > 0 else None
+
+    where.line_of = line_of  # type: ignore[attr-defined]
     return where

@@ -88,6 +88,17 @@ def test_a_head_that_was_not_printed_is_named_with_those_that_were(tmp_path):
     assert "attncheck: warning: --head 3: not printed in" in both.err
 
 
+def test_a_layer_the_dump_does_not_have_is_a_usage_error():
+    """--layer 7 of a 2-layer dump: one line naming the layers there, exit 2; a layer that is there but has no softmax
+    attention (a hybrid's recurrent layer) is not absent: nothing to check, exit 3."""
+    r = run("check", HOW_ARE, "--layer", "7")
+    assert r.code == 2 and r.out == ""
+    assert r.err.strip() == f"attncheck: error: --layer 7: no such layer in {HOW_ARE}: its layers are 0..1"
+    assert run("check", HOW_ARE, "--layer", "1", "-q").code == 0
+    hybrid = run("check", FIXTURES / "arch" / "qwen35-long.txt", "--layer", "0", "-q")
+    assert hybrid.code == 3 and "the dump has layers 1, 3" in hybrid.out
+
+
 def test_junit_for_unusable_input_holds_the_error_line(tmp_path):
     junit = tmp_path / "j.xml"
     missing = tmp_path / "missing.txt"

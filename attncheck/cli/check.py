@@ -7,6 +7,7 @@ import click
 
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, Report, multi_dict
 from ..errors import DumpError, ModelError
+from ..inspect.walk import span
 from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, json_option, junit_option,
                      output_target, tokens as parse_tokens, vocab, write_html, write_json)
 
@@ -66,6 +67,11 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fai
             if absent:  # a head no layer has: a usage error, as inspect says it
                 fail(f"--head {', '.join(map(str, absent))}: no such head in {report.source}: its layers have "
                      f"heads {report.head_range()}")
+                sys.exit(EXIT_INPUT)
+            gone = report.absent_layers(opts.layers)
+            if gone:  # a layer the model does not have: a usage error, as inspect says it
+                fail(f"--layer {', '.join(map(str, gone))}: no such layer in {report.source}: its layers are "
+                     f"{span(sorted(set(report.layer_kinds) | report.layers_seen))}")
                 sys.exit(EXIT_INPUT)
             unprinted, printed = report.unprinted_heads()
             if unprinted and report.checked:  # some heads asked for were printed, these were not

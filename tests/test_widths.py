@@ -77,6 +77,18 @@ def test_list_names_its_nodes_whole(columns):
 
 
 @pytest.mark.parametrize("columns", [80, 60])
+def test_list_keeps_its_one_row_evaluations_whole(columns):
+    dump = FIXTURES / "gpt2-ubatch2.txt"
+    code, lines = in_terminal(columns, "list", dump)
+    assert code == 0
+    rows = rows_between(lines, str(dump)[:20])
+    ones = [r for r in rows if "as eval 0" in r]
+    assert [r.split()[0] for r in ones] == ["1", "2"]
+    assert "lines 1885..2617" in ones[0] and "lines 3273..4005" in ones[1]
+    assert all(len(line) <= columns for line in lines)
+
+
+@pytest.mark.parametrize("columns", [80, 60])
 def test_inspect_keeps_its_numbers_and_verdicts(columns):
     code, lines = in_terminal(columns, "inspect", FIXTURES / "gpt2-how-are.txt", "--layer", "0", "--head", "0")
     assert code == 0

@@ -32,23 +32,83 @@ def _listed(path: str, meta: dict | None) -> dict:
             "warnings": [f"{d.source}:{n.line}: {printable(n.message)}" for n in d.notes]}
 
 
-def _table(doc: dict, width: int | None):
-    rows, last = [], None
-    for r in doc["rows"]:
-        first = r["evaluation"] != last
-        last = r["evaluation"]
-        head = [str(r[k]) for k in ("evaluation", "run", "n_past", "T", "nodes")] if first else [""] * 5
-        named = "\n".join(escape(printable(f"{n} ({line})")) for n, line in zip(r["names"], r["lines"]))
-        rows.append([*head, "" if r["layer"] is None else str(r["layer"]), r["kind"], named,
-                     *("" if r[k] is None else str(r[k]) for k in ("H", "H_kv", "D_h", "n_kv"))])
-    return fit(COLUMNS, rows, width, title=escape(doc["source"]), title_justify="left")
+STRUCTURE = ("layer", "kind", "names", "H", "H_kv", "D_h", "n_kv")  # what a layer is, its lines aside
+
+
+def _evaluations(rows: list[dict]) -> list[list[dict]]:
+    """The rows cut into evaluations, in order: a repeat is told evaluation by evaluation."""
+    out: list[list[dict]] = []
+    for r in rows:
+        if not out or out[-1][0]["evaluation"] != r["evaluation"]:
+            out.append([])
+        out[-1].append(r)
+    return out
+
+
+def _structure(rows: list[dict]) -> tuple:
+    """An evaluation's layers without their line numbers (which always differ): equal when the layers repeat."""
+    return tuple(tuple(tuple(r[k]) if isinstance(r[k], list) else r[k] for k in STRUCTURE) for r in rows)
+
+
+def _head(r: dict) -> list[str]:
+    """The cells of the evaluation itself: eval, run, n_past, T, nodes."""
+    return [str(r[k]) for k in ("evaluation", "run", "n_past", "T", "nodes")]
+
+
+def _layer_cells(r: dict) -> list[str]:
+    """The cells of one layer (or SOFT_MAX that is not attention): layer, attention, its nodes at their lines, shape."""
+    named = "\n".join(escape(printable(f"{n} ({line})")) for n, line in zip(r["names"], r["lines"]))
+    return ["" if r["layer"] is None else str(r["layer"]), r["kind"], named,
+            *("" if r[k] is None else str(r[k]) for k in ("H", "H_kv", "D_h", "n_kv"))]
+
+
+def _span(values: list[int]) -> str:
+    """`lo..hi` as check's table writes a span, or the one value."""
+    lo, hi = min(values), max(values)
+    return str(lo) if lo == hi else f"{lo}..{hi}"
+
+
+def _repeat_cells(rows: list[dict], full: int) -> list[str]:
+    """An evaluation whose layers repeat eval `full`'s as one row: its own cells, its layers, its nodes' line span."""
+    layered = [r for r in rows if r["layer"] is not None]
+    lines = [line for r in (layered or rows) for line in r["lines"]]
+    return [*_head(rows[0]), _span([r["layer"] for r in layered]) if layered else "", f"as eval {full}",
+            f"lines {_span(lines)}" if lines else "", "", "", "", ""]
+
+
+def _table_rows(doc: dict, verbose: bool) -> tuple[list[list[str]], int]:
+    """The rows, and how many evaluations got one: without -v, a repeat of the last full evaluation is one row."""
+    out, full, repeats = [], None, 0
+    for rows in _evaluations(doc["rows"]):
+        if not verbose and full is not None and _structure(rows) == full[1]:
+            out.append(_repeat_cells(rows, full[0]))
+            repeats += 1
+            continue
+        full = (rows[0]["evaluation"], _structure(rows))
+        out += [[*(_head(r) if i == 0 else [""] * 5), *_layer_cells(r)] for i, r in enumerate(rows)]
+    return out, repeats
+
+
+def _table(doc: dict, width: int | None, verbose: bool = False):
+    """The dump's table, fit to `width`, and how many evaluations it shows on one row."""
+    rows, repeats = _table_rows(doc, verbose)
+    return fit(COLUMNS, rows, width, title=escape(doc["source"]), title_justify="left"), repeats
+
+
+def _repeats_note(repeats: int) -> str:
+    """The line under the table that says which rows stand for a whole evaluation, and how to see its layers."""
+    what = "evaluation" if repeats == 1 else "evaluations"
+    return (f"[dim]{repeats} {what} on one row: layers as in the eval named; -v lists every layer (--json has all "
+            "rows)[/]")
 
 
 @click.command(name="list")
 @click.argument("dumps", nargs=-1, metavar="[DUMP]...")
 @json_option("what the dumps hold as JSON (schema 1)")
 @click.option("--model", metavar="GGUF", help="The model that made the dumps: its vocabulary shows each token's text.")
-def list_(dumps, json_out, model):
+@click.option("-v", "--verbose", is_flag=True, help="Every evaluation's layers, also those that repeat the evaluation "
+              "printed in full before it (without -v: one row for such an evaluation).")
+def list_(dumps, json_out, model, verbose):
     """What dumps hold: runs, evaluations, each layer's attention and its nodes (default: stdin)."""
     from ..arch.vocab import shown
 
@@ -65,8 +125,10 @@ def list_(dumps, json_out, model):
         docs.append(doc)
         codes.append(EXIT_PASS if doc["evaluations"] else EXIT_UNVERIFIED)
         if json_out != "-":
-            table = _table(doc, console.width)
+            table, repeats = _table(doc, console.width, verbose)
             console.print(table)
+            if repeats:
+                console.print(_repeats_note(repeats))
             gone = dropped(table, COLUMNS)
             if gone:
                 console.print(f"[dim]columns left out for the terminal's width: {', '.join(gone)} (--json has "

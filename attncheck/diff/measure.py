@@ -77,8 +77,8 @@ def full_sum(s: Sample) -> bool:
     if s.complete:
         return True
     for block, total in zip(s.values, s.sums):
-        printed = float(np.nansum(block))
-        slack = block.size * precision.PRINT + precision.SUM_PRINT + 1e-6 * float(np.nansum(np.abs(block)))
+        printed = float(_nansum(block))
+        slack = block.size * precision.PRINT + precision.SUM_PRINT + 1e-6 * float(_nansum(np.abs(block)))
         if not abs(total - printed) > slack:
             return False
     return True
@@ -95,8 +95,24 @@ def sum_diff(sa: Sample, sb: Sample, tol: Tolerance, drift: float = 0.0) -> SumD
     worst: SumDiff | None = None
     for i, (x, y) in enumerate(zip(sa.sums, sb.sums)):
         with np.errstate(invalid="ignore"):
-            mag = n * max(float(np.nanmean(np.abs(sa.values[i]))), float(np.nanmean(np.abs(sb.values[i]))), 0.0)
+            mag = n * max(float(_nanmean(np.abs(sa.values[i]))), float(_nanmean(np.abs(sb.values[i]))), 0.0)
         d = SumDiff(x, y, 2 * precision.SUM_PRINT + n * (tol.sum_atol + drift) + (tol.rtol + n * precision.F32) * mag)
         if worst is None or d.diff / d.tol > worst.diff / worst.tol:
             worst = d
     return worst
+
+
+def _nansum(x: np.ndarray):
+    """np.nansum(x), without its copy and mask when a C-contiguous x holds no NaN: the same sum of the same values
+    in the same memory order, so the same bits (np.nansum was a third of sum_diff's time)."""
+    if x.flags.c_contiguous and not np.isnan(x).any():
+        return np.sum(x)
+    return np.nansum(x)
+
+
+def _nanmean(x: np.ndarray):
+    """np.nanmean(x) the way nanmean computes it (sum, then divided by the count), without its copy and mask when
+    a non-empty C-contiguous x holds no NaN."""
+    if x.size and x.flags.c_contiguous and not np.isnan(x).any():
+        return np.sum(x) / np.intp(x.size)
+    return np.nanmean(x)

@@ -41,12 +41,12 @@ def measure(nd: NodeDiff, al: Aligned, tol: Tolerance, scale_floor: float = 0.0)
     weights; a cache write's is at least its source's, scale_floor) and its drift beyond print precision relative to it."""
     a, b = al.old, al.new
     fin = np.isfinite(a) & np.isfinite(b)
-    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    finite = bool(fin.all())
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        err = np.where(same, 0.0, np.where(fin, np.abs(b - a), np.inf))
-        mag = np.where(fin, np.maximum(np.abs(a), np.abs(b)), 0.0)
+        err, mag, same, delta = _err_mag(a, b, fin, finite)
+        a_fin, b_fin = (a, b) if finite else (a[fin], b[fin])
         # OLD's rms (the build trusted so far): a value moved in NEW does not widen its own tolerance
-        nd.scale = max(float(np.sqrt(np.mean(a[fin] ** 2))) if fin.any() else 0.0, scale_floor)
+        nd.scale = max(float(np.sqrt(np.mean(a_fin ** 2))) if a_fin.size else 0.0, scale_floor)
         t = tol.atol + tol.rtol * mag
         size = mag if elementwise(nd.role.name) else np.full_like(mag, nd.scale)
         over = np.maximum(err - t, 0.0)
@@ -55,13 +55,13 @@ def measure(nd: NodeDiff, al: Aligned, tol: Tolerance, scale_floor: float = 0.0)
         t = t + nd.allowed * size
         ratio = np.where(err == 0, 0.0, err / t)
         rel = np.where(err == 0, 0.0, err / mag)
-        num, den = float(np.sum((b - a)[fin] ** 2)), float(np.sum(b[fin] ** 2))
+        num, den = float(np.sum((delta if finite else delta[fin]) ** 2)), float(np.sum(b_fin ** 2))
         need_r = np.where(err <= tol.atol, 0.0, (err - tol.atol) / mag)
     w = int(np.argmax(ratio))
     nd.compared = len(a)
     nd.failed = int(np.count_nonzero(~(err <= t + SLACK)))
     nd.max_abs, nd.max_rel = float(err.max()), float(rel.max())
-    nd.nmse = np.inf if not fin.all() and not same.all() else (num / den if den > 0 else (0.0 if num == 0 else np.inf))
+    nd.nmse = np.inf if not finite and not same.all() else (num / den if den > 0 else (0.0 if num == 0 else np.inf))
     nd.tol, nd.ratio = float(t[w]), float(ratio[w])
     nd.needed_atol = float(np.max(np.maximum(err - tol.rtol * mag, 0.0)))
     nd.needed_rtol = float(need_r.max())
@@ -69,6 +69,18 @@ def measure(nd: NodeDiff, al: Aligned, tol: Tolerance, scale_floor: float = 0.0)
     if tol.nmse:
         nd.nmse_max = tol.nmse_max(nd.new.op)
         nd.ratio = nd.nmse / nd.nmse_max if nd.nmse else 0.0
+
+
+def _err_mag(a: np.ndarray, b: np.ndarray, fin: np.ndarray, finite: bool) -> tuple:
+    """|b - a| per element (0 where equal or both NaN, inf where either is not finite), max(|a|, |b|) (0 where either
+    is not finite), which elements are equal (None when all are finite: not needed then) and b - a. When every
+    element is finite (the common case) the masks are skipped: they change no value there."""
+    delta = b - a
+    if finite:  # equal finite values differ by ±0.0, whose abs is the 0.0 the mask would put there
+        return np.abs(delta), np.maximum(np.abs(a), np.abs(b)), None, delta
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    err = np.where(same, 0.0, np.where(fin, np.abs(delta), np.inf))
+    return err, np.where(fin, np.maximum(np.abs(a), np.abs(b)), 0.0), same, delta
 
 
 def full_sum(s: Sample) -> bool:

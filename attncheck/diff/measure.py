@@ -48,9 +48,8 @@ def measure(nd: NodeDiff, al: Aligned, tol: Tolerance, scale_floor: float = 0.0)
         # OLD's rms (the build trusted so far): a value moved in NEW does not widen its own tolerance
         nd.scale = max(float(np.sqrt(np.mean(a_fin ** 2))) if a_fin.size else 0.0, scale_floor)
         t = tol.atol + tol.rtol * mag
-        size = mag if elementwise(nd.role.name) else np.full_like(mag, nd.scale)
-        over = np.maximum(err - t, 0.0)
-        beyond = np.where(size > 0, over / np.where(size > 0, size, 1.0), np.where(over > 0, np.inf, 0.0))
+        size = mag if elementwise(nd.role.name) else nd.scale
+        beyond = _beyond(np.maximum(err - t, 0.0), size)
         nd.drift = float(np.max(beyond)) if len(beyond) else 0.0
         t = t + nd.allowed * size
         ratio = np.where(err == 0, 0.0, err / t)
@@ -69,6 +68,14 @@ def measure(nd: NodeDiff, al: Aligned, tol: Tolerance, scale_floor: float = 0.0)
     if tol.nmse:
         nd.nmse_max = tol.nmse_max(nd.new.op)
         nd.ratio = nd.nmse / nd.nmse_max if nd.nmse else 0.0
+
+
+def _beyond(over: np.ndarray, size: np.ndarray | float) -> np.ndarray:
+    """Each element's excess over print precision relative to its size (inf where it exceeds a size of 0). The
+    node's rms is one number for all its elements: divided by it directly, not through an array of copies of it."""
+    if isinstance(size, np.ndarray):
+        return np.where(size > 0, over / np.where(size > 0, size, 1.0), np.where(over > 0, np.inf, 0.0))
+    return over / size if size > 0 else np.where(over > 0, np.inf, 0.0)
 
 
 def _err_mag(a: np.ndarray, b: np.ndarray, fin: np.ndarray, finite: bool) -> tuple:

@@ -196,6 +196,7 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
     matched: set[int] = set()
     floors = store_scales(ea, ra, src_a) if rep.model is not None else {}
     T_short = min(t for t in (ea.T, eb.T) if t is not None) if (ea.T or eb.T) is not None else None
+    geometries: dict = {}
     for a in ea.nodes:
         role = ra.role(a)
         b = by_key.get(role.key)
@@ -211,14 +212,15 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
         if rep.model is not None:
             nd.roundings = max(ka.get(id(a), 0), kb.get(id(b), 0))
             nd.allowed = rep.model.rho(nd.roundings, role.name)
-        _diff_node(nd, rep, (a, ra, ea, src_a), (b, rb, eb, src_b), T_short, floors.get((role.layer, role.name), 0.0))
+        _diff_node(nd, rep, (a, ra, ea, src_a), (b, rb, eb, src_b), T_short, floors.get((role.layer, role.name), 0.0),
+                   geometries)
         rep.nodes.append(nd)
     rep.only += [Unmatched(eb.index, eb.run, "new", rb.role(n), n.ref) for n in eb.nodes if id(n) not in matched]
 
 
 def _diff_node(nd: NodeDiff, rep: DiffReport, side_a: tuple, side_b: tuple, T_short: int | None,
-               scale_floor: float = 0.0) -> None:
-    (a, ra, ea, src_a), (b, rb, eb, src_b) = side_a, side_b
+               scale_floor: float = 0.0, geometries: dict | None = None) -> None:
+    (a, ra, _, src_a), (b, rb, _, src_b) = side_a, side_b
     role, tol = nd.role, rep.tolerance
     if rep.prefix and (id(a) in ra.after_out_ids or id(b) in rb.after_out_ids):
         nd.skipped = "rows re-selected by out_ids: not fixed by causality"
@@ -231,7 +233,7 @@ def _diff_node(nd: NodeDiff, rep: DiffReport, side_a: tuple, side_b: tuple, T_sh
     except DumpError as e:
         nd.skipped = f"not readable: {e}"
         return
-    ga, gb = geometry(ra, role.layer, ea.T, ea.n_past), geometry(rb, role.layer, eb.T, eb.n_past)
+    ga, gb = _geometries(geometries if geometries is not None else {}, role.layer, side_a, side_b)
     al = align(sa, sb, role, ga, gb)
     if isinstance(al, str):
         nd.skipped = al
@@ -249,6 +251,14 @@ def _diff_node(nd: NodeDiff, rep: DiffReport, side_a: tuple, side_b: tuple, T_sh
     measure(nd, al, tol, scale_floor)
     if a.ne == b.ne and not rep.prefix:  # a sum covers elements causality may not fix
         nd.sum = sum_diff(sa, sb, tol, nd.allowed * nd.scale)
+
+
+def _geometries(memo: dict, layer: int | None, side_a: tuple, side_b: tuple) -> tuple:
+    """Both sides' geometry of a layer, computed once per evaluation (a layer's nodes share it) and kept in memo."""
+    if layer not in memo:
+        (_, ra, ea, _), (_, rb, eb, _) = side_a, side_b
+        memo[layer] = geometry(ra, layer, ea.T, ea.n_past), geometry(rb, layer, eb.T, eb.n_past)
+    return memo[layer]
 
 
 def _ne(ne) -> str:

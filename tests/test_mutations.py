@@ -545,9 +545,9 @@ def test_filter_on_a_head_that_was_never_printed_verifies_nothing():
 
 
 def test_filter_on_an_absent_layer_says_so():
-    """gpt2-how-are has the attention of layers 0 and 1 (kq_soft_max-0, kq_soft_max-1): --layer 5 verifies
-    nothing (exit 3, not a pass and not unusable input), and the reason names the layers there are."""
-    code, doc = _totals(FIXTURES / "gpt2-how-are.txt", "--layer", "5")
-    assert code == 3 and doc["verdict"] == "unverified"
-    assert doc["reason"] == "no attention site in the layers asked for: the dump has layers 0, 1"
-    assert doc["totals"]["sites"] == 0
+    """gpt2-how-are has the attention of layers 0 and 1 (kq_soft_max-0, kq_soft_max-1): --layer 5 is a usage error
+    (exit 2, not a pass), one line naming the layers there are, and no JSON document that could read as a verdict."""
+    r = run("check", FIXTURES / "gpt2-how-are.txt", "--layer", "5", "--json", "-")
+    assert r.code == 2 and r.out == ""
+    assert r.err.strip().endswith("--layer 5: no such layer in " + str(FIXTURES / "gpt2-how-are.txt") +
+                                  ": its layers are 0..1")

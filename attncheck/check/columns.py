@@ -26,6 +26,12 @@ class Col(NamedTuple):
 NEVER = 9
 
 
+def extent(values: Sequence[int]) -> str:
+    """`lo..hi` of some integers, or the one value: how a table cell writes a span of queries, evaluations, lines."""
+    lo, hi = min(values), max(values)
+    return str(lo) if lo == hi else f"{lo}..{hi}"
+
+
 def _len(cell) -> int:
     text = cell if isinstance(cell, Text) else Text.from_markup(str(cell))
     return max((t.cell_len for t in text.split("\n")), default=0)

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from ..arch.vocab import shown
 from ..results import SiteReport, describe
-from .columns import NEVER, Col, dropped, fit
+from .columns import NEVER, Col, dropped, extent, fit
 from .report import EXIT_FAIL, EXIT_PASS, Report
 
 CHECK_TITLES = {
@@ -44,11 +44,6 @@ COLUMNS = (Col("eval", keep=8), Col("queries", "left", keep=2), Col("layer", kee
            Col("bound", keep=6), Col("need", keep=7), Col("", "left", keep=NEVER))
 
 
-def _span(values: list[int]) -> str:
-    lo, hi = min(values), max(values)
-    return str(lo) if lo == hi else f"{lo}..{hi}"
-
-
 def _cells(sites: list[SiteReport], evaluation: str) -> list[str]:
     """One row for some sites of one layer: counts summed, the worst element over all of them, one status."""
     results = [r for s in sites for r in s.results]
@@ -56,7 +51,7 @@ def _cells(sites: list[SiteReport], evaluation: str) -> list[str]:
     pv = [r for r in results if r.check == "pv"]
     checked = sum(r.checked for r in results)
     kqv = f"{sum(r.checked for r in pv)}/{sum(r.checked + r.unchecked for r in pv)}" if pv else "-"
-    return [evaluation, _span([q for s in sites for q in (s.n_past, s.n_past + s.T - 1)]), str(sites[0].layer),
+    return [evaluation, extent([q for s in sites for q in (s.n_past, s.n_past + s.T - 1)]), str(sites[0].layer),
             f"{sum(s.rows_whole for s in sites)}/{sum(s.rows_printed for s in sites)}",
             str(sum(s.checked("softmax_ratio") for s in sites)), str(sum(s.checked("masked") for s in sites)), kqv,
             f"{worst.max_error:.1e}" if worst else "-", f"{worst.bound:.1e}" if worst else "-",
@@ -80,7 +75,7 @@ def site_rows(report: Report, verbose: bool = False) -> list[list[str]]:
     rows = []
     for layer, sites in sorted(by_layer.items()):
         evs = sorted({s.evaluation for s in sites})
-        rows.append(_cells(sites, _span(evs) if evs == list(range(evs[0], evs[-1] + 1)) else f"{len(evs)} evals"))
+        rows.append(_cells(sites, extent(evs) if evs == list(range(evs[0], evs[-1] + 1)) else f"{len(evs)} evals"))
         rows += [_cells([s], f"[red]{s.evaluation}[/]") for s in sites if not s.passed]
     return rows
 

@@ -6,7 +6,7 @@ import sys
 import click
 from rich.markup import escape
 
-from ..check.columns import NEVER, Col, dropped, fit
+from ..check.columns import NEVER, Col, dropped, extent, fit
 from ..check.report import EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..errors import DumpError, printable
 from .common import combine, console as make_console, fail, json_option, model_meta, write_json
@@ -62,18 +62,12 @@ def _layer_cells(r: dict) -> list[str]:
             *("" if r[k] is None else str(r[k]) for k in ("H", "H_kv", "D_h", "n_kv"))]
 
 
-def _span(values: list[int]) -> str:
-    """`lo..hi` as check's table writes a span, or the one value."""
-    lo, hi = min(values), max(values)
-    return str(lo) if lo == hi else f"{lo}..{hi}"
-
-
 def _repeat_cells(rows: list[dict], full: int) -> list[str]:
     """An evaluation whose layers repeat eval `full`'s as one row: its own cells, its layers, its nodes' line span."""
     layered = [r for r in rows if r["layer"] is not None]
     lines = [line for r in (layered or rows) for line in r["lines"]]
-    return [*_head(rows[0]), _span([r["layer"] for r in layered]) if layered else "", f"as eval {full}",
-            f"lines {_span(lines)}" if lines else "", "", "", "", ""]
+    return [*_head(rows[0]), extent([r["layer"] for r in layered]) if layered else "", f"as eval {full}",
+            f"lines {extent(lines)}" if lines else "", "", "", "", ""]
 
 
 def _table_rows(doc: dict, verbose: bool) -> tuple[list[list[str]], int]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import precision
-from ..dump.sample import Sample, parse_sample, row_lines
+from ..dump.sample import Sample, parse_sample, row_line
 from ..results import CheckResult, Failure, Location, compare, located
 from .bounds import F32_REL, FLIP_EXPECTED, FLIP_SHARE, NMSE_MAX, PRINT, TAU, node_class, regime
 from .node_expectation import Expectation, expectation
@@ -164,12 +164,8 @@ class NodeComparison:
                 at["pos"] = at["slot"]
             return Location(**at)
 
-        def line_of(i: int) -> int | None:
-            """The line of the printed row that holds element i (looked up for failures only)."""
-            line = int(row_lines(m.node)[idx[0][i], idx[1][i]])
-            return line if line > 0 else None
-
-        where.line_of = line_of  # type: ignore[attr-defined]
+        # the line of the printed row that holds element i (looked up for failures only)
+        where.line_of = lambda i: row_line(m.node, 0, int(logical[0][i]), int(logical[1][i]))  # type: ignore
         query_heads = m.quantity in QUERY_HEADS  # K/V elements belong to a KV head
         for label, values in zip(m.labels, logical):
             if query_heads and label in ("head", "col"):

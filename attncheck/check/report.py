@@ -94,10 +94,14 @@ class Report:
         most = max(s.H for s in self.sites)
         return sorted(h for h in self.heads if h >= most)
 
+    def layer_numbers(self) -> list[int]:
+        """Every layer the dump has, with softmax attention or without."""
+        return sorted(set(self.layer_kinds) | self.layers_seen)
+
     def absent_layers(self, asked: frozenset[int] | None) -> list[int]:
         """--layer values the dump has no layer for (a usage error); a layer without attention is not absent."""
-        known = set(self.layer_kinds) | self.layers_seen
-        return sorted(set(asked) - known) if asked and known else []
+        known = self.layer_numbers()
+        return sorted(set(asked) - set(known)) if asked and known else []
 
     def unprinted_heads(self) -> tuple[list[int], list[int]]:
         """--head values llama.cpp printed in no checked layer, and the heads it did print (the first and last 3)."""

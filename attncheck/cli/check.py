@@ -71,7 +71,7 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fai
             gone = report.absent_layers(opts.layers)
             if gone:  # a layer the model does not have: a usage error, as inspect says it
                 fail(f"--layer {', '.join(map(str, gone))}: no such layer in {report.source}: its layers are "
-                     f"{span(sorted(set(report.layer_kinds) | report.layers_seen))}")
+                     f"{span(report.layer_numbers())}")
                 sys.exit(EXIT_INPUT)
             unprinted, printed = report.unprinted_heads()
             if unprinted and report.checked:  # some heads asked for were printed, these were not

@@ -87,3 +87,70 @@ def test_stdin_is_read_in_parts_too():
     data = (FIXTURES / "gpt2-ubatch2.txt").read_bytes()
     r = run("check", "-", "-j", "2", "--json", "-", stdin=data)
     assert r.code == 0 and json.loads(r.out)["totals"]["sites"] == 6
+
+
+def _checked_early(monkeypatch, early: int) -> dict[str, int]:
+    """Set EARLY and count, per run that had early reports, whether they stood or the run was checked again."""
+    from attncheck.check import dumponly
+
+    monkeypatch.setattr(dumponly, "EARLY", early)
+    seen = {"stood": 0, "redone": 0}
+    check_pending = dumponly.DumpChecker._check_pending
+
+    def spy(self, pinned):
+        early = self._early
+        out = check_pending(self, pinned)
+        if early is not None and early.reports:
+            seen["stood" if out[0] is early.reports[0] else "redone"] += 1
+        return out
+
+    monkeypatch.setattr(dumponly.DumpChecker, "_check_pending", spy)
+    return seen
+
+
+@pytest.mark.parametrize("name", DUMPS)
+def test_sites_checked_early_give_the_report_of_a_whole_run(name, monkeypatch):
+    """A run's sites are checked as they come under facts pinned on its first sites (check/dumponly.py's Early);
+    the run's own pin decides in the end, so the report is the one checking the whole run at once gives."""
+    from attncheck.check import dumponly
+
+    monkeypatch.setattr(dumponly, "EARLY", 10**9)
+    try:
+        whole = report(FIXTURES / name)
+    except attncheck.DumpError:
+        pytest.skip("a damaged fixture: no report")
+    seen = _checked_early(monkeypatch, 1)
+    assert report(FIXTURES / name) == whole
+    # each run with a site had its reports made early, then they stood or were made again
+    assert sum(seen.values()) == (whole["runs"] if whole["totals"]["sites"] else 0)
+
+
+def test_early_reports_fall_when_the_run_pins_other_factors(monkeypatch):
+    """gemma2's soft-cap SCALE factors pinned on one site differ in their last digits from those pinned on all the
+    run's sites: the early reports are dropped and the run checked again under its own pin."""
+    from attncheck.check import dumponly
+
+    monkeypatch.setattr(dumponly, "EARLY", 10**9)
+    whole = report(FIXTURES / "arch/gemma2-ubatch2.txt")
+    seen = _checked_early(monkeypatch, 1)
+    assert report(FIXTURES / "arch/gemma2-ubatch2.txt") == whole
+    assert seen == {"stood": 0, "redone": 1}
+
+
+def test_list_does_not_depend_on_parts(tmp_path, monkeypatch):
+    """`list` reads in parts too: three runs one after another, cut anywhere, list the same evaluations, runs,
+    n_past and token ids as read whole."""
+    from attncheck.cli.listing import _listed
+
+    path = tmp_path / "three.txt"
+    path.write_bytes(b"".join((FIXTURES / n).read_bytes() for n in ("gpt2-ubatch2.txt", "llama-gqa-long.txt",
+                                                                    "gpt2-ubatch2.txt")))
+    monkeypatch.setattr(parts_module, "PART", 1 << 30)
+    whole = _listed(str(path), None, jobs=1)
+    assert len(whole["runs"]) == 3 and whole["evaluations"] > 6
+    for part in (500, 3000, 60000):
+        monkeypatch.setattr(parts_module, "PART", part)
+        assert _listed(str(path), None, jobs=2) == whole, part
+    one = run("list", path, "-j", "1", "--json", "-")
+    two = run("list", path, "-j", "2", "--json", "-")
+    assert one.code == two.code == 0 and one.out == two.out and one.err == two.err

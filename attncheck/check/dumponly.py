@@ -22,6 +22,7 @@ from .hypotheses import describe, pin
 from .scoring import FIXED, MIN_FIT_SHARE, Scored, site_facts
 
 MAX_BUFFERED = 20000  # sites of one run kept to pin its facts; past that, the rest of the run is checked as it comes
+EARLY = 64  # sites of a run after which its sites are checked as they come, under facts pinned on those (see Early)
 
 
 @dataclass
@@ -36,6 +37,21 @@ class DumpSummary:
     inferred_rows: int = 0
     hint: str = ""
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Early:
+    """A run's sites checked as they come, under facts pinned on its first EARLY sites, so that checking overlaps
+    reading (-j). The run's own pin still decides: at its end, these reports stand only if every site's facts, the
+    step factors and the `unexplained` verdict are the ones they were checked under; else the run is checked again.
+    Either way the reports are those of a check of the whole run under its pin: nothing depends on -j."""
+
+    pinned: Scored
+    factors: dict
+    unexplained: bool
+    reports: list[SiteReport] = field(default_factory=list)
+    failed: list[tuple[int, Under]] = field(default_factory=list)
+    under: list[tuple] = field(default_factory=list)  # per site checked: what it was checked under (_fingerprint)
 
 
 @dataclass
@@ -54,6 +70,7 @@ class DumpChecker:
     _pinned: Scored | None = None  # facts pinned early, when a run outgrew MAX_BUFFERED
     _summary: DumpSummary = field(default_factory=DumpSummary)
     _failed: list[Under] = field(default_factory=list)  # views whose softmax checks failed, for the hint
+    _early: Early | None = None
 
     def check(self, ev: Evaluation) -> list[SiteReport]:
         """Gather an evaluation's sites and take them in (the in-process path; workers gather, see absorb)."""
@@ -75,6 +92,8 @@ class DumpChecker:
         elif len(self._pending) > MAX_BUFFERED:
             self._pinned = self._pin()
             out += self._check_pending(self._pinned)
+        else:
+            self._check_early()
         return out
 
     def finish(self, complete: bool = True) -> tuple[list[SiteReport], DumpSummary]:
@@ -85,15 +104,20 @@ class DumpChecker:
 
     # ---- pinning and checking -------------------------------------------------------------------------------
 
+    def _unexplained(self, scored: Scored) -> bool:
+        """No stated hypothesis explains the run's weights: too few of the informative rows fit the best."""
+        fit = scored.informative - scored.informative_failing
+        return bool(scored.informative) and self.given.kq_scale.origin not in FIXED and \
+            fit < MIN_FIT_SHARE * scored.informative
+
     def _pin(self) -> Scored:
         views = [p.view for p in self._pending]
         scored, tried = pin(views, self.given)
-        fixed = self.given.kq_scale.origin in FIXED
         record = {"run": self._pending[0].run if self._pending else self._run, **scored.facts.to_dict(),
                   "rows": scored.rows, "rows_failing": scored.failing, "rows_informative": scored.informative,
                   "tried": list(dict.fromkeys(tried))}
         fit = scored.informative - scored.informative_failing
-        if scored.informative and not fixed and fit < MIN_FIT_SHARE * scored.informative:
+        if self._unexplained(scored):
             record["unexplained"] = True
             self._summary.warnings.append(
                 f"run {record['run']}: no stated hypothesis explains the printed weights ({fit} of the "
@@ -118,20 +142,54 @@ class DumpChecker:
         self._run, self._pinned = None, None
         return out
 
+    def _check_early(self) -> None:
+        """Past EARLY sites of a run, check its new sites under facts pinned on what it has so far (Early)."""
+        e = self._early
+        if e is None:
+            if len(self._pending) < EARLY:
+                return
+            scored, _ = pin([p.view for p in self._pending], self.given)
+            e = self._early = Early(scored, self._factors(), self._unexplained(scored))
+        todo = self._pending[len(e.reports):]
+        reports, failed, under = self._check(todo, e.pinned, e.factors, e.unexplained)
+        e.failed += [(len(e.reports) + i, u) for i, u in failed]
+        e.reports += reports
+        e.under += under
+
     def _check_pending(self, pinned: Scored) -> list[SiteReport]:
-        """Every pending site checked under the pinned facts, stack by stack (sites of one printed shape at once)."""
+        """Every pending site checked under the pinned facts: the early reports where they stand (Early), the rest
+        now."""
         unexplained = bool(self._summary.facts and self._summary.facts[-1].get("unexplained"))
         factors = self._factors()
+        e, self._early = self._early, None
+        done: list[SiteReport] = []
+        failed: list[tuple[int, Under]] = []
+        if e is not None and e.factors == factors and e.unexplained == unexplained and \
+                e.under == [_fingerprint(site_facts(pinned.facts, p.view, pinned.extra))
+                            for p in self._pending[:len(e.reports)]]:
+            done, failed = e.reports, e.failed
+        reports, more, _ = self._check(self._pending[len(done):], pinned, factors, unexplained)
+        failed += [(len(done) + i, u) for i, u in more]
+        self._failed += [u for _, u in sorted(failed, key=lambda f: f[0])]
+        self._pending = []
+        return done + reports
+
+    def _check(self, pending: list[Pending], pinned: Scored, factors: dict, unexplained: bool
+               ) -> tuple[list[SiteReport], list[tuple[int, Under]], list[tuple]]:
+        """Sites checked under pinned facts, stack by stack (sites of one printed shape at once): their reports, the
+        views whose softmax checks failed (by index, for the hint), and what each was checked under."""
         views, facts = [], []
-        for p in self._pending:
+        for p in pending:
             facts.append(site_facts(pinned.facts, p.view, pinned.extra))
             views.append(p.view if self.heads is None else select_heads(p.view, set(self.heads)))
         out: list[SiteReport | None] = [None] * len(views)
+        failed: list[tuple[int, Under]] = []
         for idx, st in stacks(views, facts):
-            for k, sr in zip(idx, self._reports(st, [self._pending[i] for i in idx], factors, unexplained)):
+            reports, bad = self._reports(st, [pending[i] for i in idx], factors, unexplained)
+            for k, sr in zip(idx, reports):
                 out[k] = sr
-        self._pending = []
-        return out  # type: ignore[return-value]
+            failed += [(idx[k], u) for k, u in bad]
+        return out, failed, [_fingerprint(f) for f in facts]  # type: ignore[return-value]
 
     def _factors(self) -> dict[str, tuple[float, float] | None]:
         """Each SCALE step's factor: from the model (the soft-cap around a TANH, q's pre-scale), else pinned on
@@ -164,8 +222,10 @@ class DumpChecker:
                 return 1.0 / cap
         return None
 
-    def _reports(self, st: Stack, pending: list[Pending], factors: dict, unexplained: bool) -> list[SiteReport]:
-        """The SiteReports of one stack: each check computed for all its sites at once."""
+    def _reports(self, st: Stack, pending: list[Pending], factors: dict, unexplained: bool
+                 ) -> tuple[list[SiteReport], list[tuple[int, Under]]]:
+        """The SiteReports of one stack, each check computed for all its sites at once, and the sites (by index in
+        the stack) whose softmax checks failed."""
         tol = self.tolerance
         P_nodes = [p.site.softmax for p in pending]
         O_nodes = [p.site.kqv or p.site.softmax for p in pending]
@@ -177,6 +237,7 @@ class DumpChecker:
             checks.results("pv", O_nodes, st, checks.pv(st), "dim", tol, rows="O_rows"))))
         rows_whole = st.rows_whole.sum(axis=1) * len(st.heads)
         out = []
+        failed: list[tuple[int, Under]] = []
         for i, (p, view) in enumerate(zip(pending, st.views)):
             site = p.site
             results = checks.finite(view)
@@ -186,7 +247,7 @@ class DumpChecker:
             else:
                 results += checked[i]
                 if any(not r.passed for r in checked[i][1:3]):
-                    self._failed.append(Under(view, st.facts[i]))
+                    failed.append((i, Under(view, st.facts[i])))
             if self.heads is None:
                 results.append(checks.softmax_sum(st, i, tol))
             results += [steps.check_step(s, factors.get(s.key)) for s in p.steps]
@@ -198,7 +259,7 @@ class DumpChecker:
                 line=site.softmax.line, results=results,
                 rows_whole=0 if why[i] else int(rows_whole[i]), rows_printed=len(view.queries) * len(view.heads),
                 facts=_site_facts_dict(st.facts[i])))
-        return out
+        return out, failed
 
     @staticmethod
     def _why_not(p: Pending, view: SiteView, unexplained: bool) -> str:
@@ -229,6 +290,12 @@ class DumpChecker:
                 return (f"the data suggest kq_scale = {c:.6g}{name} (inferred {s:.6g} from {rows} rows); "
                         f"pass --kq-scale {c:.6g} if the model uses it")
         return ""
+
+
+def _fingerprint(f) -> tuple:
+    """What a site's checks depend on of its facts, comparable with ==."""
+    arr = lambda a: None if a is None else np.asarray(a).tobytes()  # noqa: E731
+    return (f.kq_scale, f.causal, f.window, arr(f.slopes), arr(f.sinks), f.scale_err, arr(f.sink_err))
 
 
 def _site_facts_dict(f) -> dict:

@@ -12,9 +12,9 @@ import multiprocessing
 import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Iterator
+from typing import Callable, Iterator
 
-from ..dump.graph import Dump
+from ..dump.graph import Dump, Evaluation
 from ..dump.parts import Part, parts
 from ..dump.records import NodeRef, Note, RunStart
 from ..errors import DumpError
@@ -33,14 +33,18 @@ class PartResult:
     size: int  # bytes
 
 
-def gather_part(part: Part, source: str, layers: frozenset[int] | None) -> PartResult:
-    """Read one part as a dump of its own and gather each evaluation (runs in a worker process)."""
+Take = Callable[[Evaluation, str, "frozenset[int] | None"], EvalData]  # what a worker keeps of an evaluation
+
+
+def gather_part(part: Part, source: str, layers: frozenset[int] | None, take: Take = gather) -> PartResult:
+    """Read one part as a dump of its own and take each evaluation (runs in a worker process): gather's EvalData
+    for the checks; `list` takes its rows (dump/listing.py's Listed, which Replay renumbers alike)."""
     d = Dump(io.BytesIO(part.text()), source, part.first_line, part.final)
     out: list[EvalData] = []
     error = None
     try:
         for ev in d.evaluations():
-            out.append(gather(ev, source, layers))
+            out.append(take(ev, source, layers))
             ev.nodes.clear()
     except DumpError as e:
         error = e
@@ -55,17 +59,18 @@ def jobs_default() -> int:
         return os.cpu_count() or 1
 
 
-def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int) -> Iterator[PartResult]:
+def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take: Take = gather
+             ) -> Iterator[PartResult]:
     """The parts' results in dump order: in this process (jobs 1) or a pool of `jobs` workers, a few parts ahead."""
     if jobs <= 1:
         for part in parts(stream):
-            yield gather_part(part, source, layers)
+            yield gather_part(part, source, layers, take)
         return
     ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
         ahead: list[Future] = []
         for part in parts(stream):
-            ahead.append(pool.submit(gather_part, part, source, layers))
+            ahead.append(pool.submit(gather_part, part, source, layers, take))
             while len(ahead) > 2 * jobs:
                 yield ahead.pop(0).result()
         for f in ahead:

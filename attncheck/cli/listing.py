@@ -16,20 +16,27 @@ COLUMNS = (Col("eval", keep=NEVER), Col("run", keep=2), Col("n_past", keep=3), C
            Col("H", keep=6), Col("H_kv", keep=5), Col("D_h", keep=5), Col("n_kv", keep=3))
 
 
-def _listed(path: str, meta: dict | None) -> dict:
+def _listed(path: str, meta: dict | None, jobs: int | None = None) -> dict:
     """One dump's evaluations, layers, runs and notes (what the table and the JSON show); with a model's header,
-    each run's token ids with their text."""
+    each run's token ids with their text. The dump is read in parts on `jobs` processes (check/pool.py)."""
     from ..arch.vocab import token_text
+    from ..check.pool import Replay, gathered, jobs_default
     from ..dump.graph import read_dump
-    from ..dump.listing import listing
+    from ..dump.listing import listed
 
     d = read_dump(path)
-    rows = [r._asdict() for r in listing(d)]
+    replay = Replay(d.source)
+    rows, notes = [], []
+    for part in gathered(d.stream, d.source, None, jobs or jobs_default(), take=listed):
+        rows += [r._asdict() for ev in replay.take(part) for r in ev.renumbered()]
+        notes += part.notes
+        if part.error is not None:
+            raise part.error
     return {"source": d.source, "evaluations": len({r["evaluation"] for r in rows}),
             "rows": [{**r, "names": list(r["names"]), "lines": list(r["lines"])} for r in rows],
             "runs": [{"line": r.line, "tokens": None if r.tokens is None else list(r.tokens),
-                      **({} if meta is None else {"token_text": token_text(meta, r.tokens)})} for r in d.runs],
-            "warnings": [f"{d.source}:{n.line}: {printable(n.message)}" for n in d.notes]}
+                      **({} if meta is None else {"token_text": token_text(meta, r.tokens)})} for r in replay.runs],
+            "warnings": [f"{d.source}:{n.line}: {printable(n.message)}" for n in notes]}
 
 
 STRUCTURE = ("layer", "kind", "names", "H", "H_kv", "D_h", "n_kv")  # what a layer is, its lines aside
@@ -102,7 +109,9 @@ def _repeats_note(repeats: int) -> str:
 @click.option("--model", metavar="GGUF", help="The model that made the dumps: its vocabulary shows each token's text.")
 @click.option("-v", "--verbose", is_flag=True, help="Every evaluation's layers, also those that repeat the evaluation "
               "printed in full before it (without -v: one row for such an evaluation).")
-def list_(dumps, json_out, model, verbose):
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Processes reading each dump (default: every core); "
+                                                                  "the listing does not depend on it.")
+def list_(dumps, json_out, model, verbose, jobs):
     """What dumps hold: runs, evaluations, each layer's attention and its nodes (default: stdin)."""
     from ..arch.vocab import shown
 
@@ -111,7 +120,7 @@ def list_(dumps, json_out, model, verbose):
     docs, codes = [], []
     for path in dumps or ("-",):
         try:
-            doc = _listed(path, meta)
+            doc = _listed(path, meta, jobs)
         except DumpError as e:
             fail(str(e))
             codes.append(EXIT_INPUT)

@@ -48,7 +48,7 @@ class NodeRef(NamedTuple):
     ne: tuple[int, int, int, int]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
     """One printed graph node. `ne` is GGML order {ne0, ne1, ne2, ne3}; ne0 varies fastest."""
 

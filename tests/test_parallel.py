@@ -154,3 +154,47 @@ def test_list_does_not_depend_on_parts(tmp_path, monkeypatch):
     one = run("list", path, "-j", "1", "--json", "-")
     two = run("list", path, "-j", "2", "--json", "-")
     assert one.code == two.code == 0 and one.out == two.out and one.err == two.err
+
+
+@pytest.mark.parametrize("old,new", [("drift/phi3-cat.old.txt", "drift/phi3-cat.new.txt"),
+                                     ("drift/old-llama-gqa-long.txt", "llama-gqa-long.txt"),
+                                     ("gpt2-long.txt", "gpt2-long.txt")])
+def test_diff_does_not_depend_on_jobs(old, new):
+    """diff -j: the parent reads both dumps and decides what lines up; workers diff the pairs; the same report."""
+    one = run("diff", FIXTURES / old, FIXTURES / new, "-j", "1", "--json", "-")
+    two = run("diff", FIXTURES / old, FIXTURES / new, "-j", "2", "--json", "-")
+    assert one.code == two.code and one.out == two.out and one.err == two.err
+    assert json.loads(one.out)["totals"]["compared"] > 0
+
+
+def test_diff_keeps_dump_order_around_unmatched_and_errors(tmp_path):
+    """Evaluations one dump has and the other not, and a pair that does not line up, come in their place among the
+    pairs diffed in workers: NEW with a second run OLD lacks, and OLD whose second run is another prompt."""
+    a, b = (FIXTURES / "gpt2-ubatch2.txt").read_bytes(), (FIXTURES / "gpt2-long.txt").read_bytes()
+    (tmp_path / "a.txt").write_bytes(a)
+    (tmp_path / "aa.txt").write_bytes(a + a)
+    (tmp_path / "ab.txt").write_bytes(a + b)
+    for old, new in (("a.txt", "aa.txt"), ("aa.txt", "ab.txt")):
+        one = run("diff", tmp_path / old, tmp_path / new, "-j", "1", "--json", "-")
+        two = run("diff", tmp_path / old, tmp_path / new, "-j", "2", "--json", "-")
+        assert one.code == two.code and one.out == two.out and one.err == two.err
+        doc = json.loads(one.out)
+        if new == "aa.txt":
+            assert one.code == 0 and doc["totals"]["only_new"] > 0 and doc["nodes"]
+        else:
+            assert one.code == 2 and "different prompts" in doc["error"] and doc["nodes"]
+
+
+def test_an_evaluation_crosses_to_a_worker_whole():
+    """An evaluation pickled for a worker (diff -j) comes back with its nodes linked as read and its sites found."""
+    import pickle
+
+    from attncheck.dump.graph import read_dump
+
+    ev = next(iter(read_dump(str(FIXTURES / "llama-gqa-long.txt")).evaluations()))
+    back = pickle.loads(pickle.dumps(ev))
+    assert [(n.name, n.line, n.body) for n in back.nodes] == [(n.name, n.line, n.body) for n in ev.nodes]
+    assert [tuple(None if i is None else i.line for i in n.inputs) for n in back.nodes] == \
+        [tuple(None if i is None else i.line for i in n.inputs) for n in ev.nodes]
+    assert [s.info() for s in back.sites] == [s.info() for s in ev.sites] and back.sites
+    assert (back.index, back.run, back.n_past, back.tokens, back.T) == (ev.index, ev.run, ev.n_past, ev.tokens, ev.T)

@@ -109,8 +109,10 @@ def _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, mod
                                               "and say per layer which side leaves it.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the divergences and the verdict.")
 @click.option("-v", "--verbose", is_flag=True, help="Every matched node, compared or not, and every unmatched one.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Processes diffing evaluation pairs (default: every "
+                                                                  "core); the report does not depend on it.")
 @html_option("every compared node along the graph, with the tolerance it needed,")
-def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, quiet, verbose, html_out):
+def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, quiet, verbose, jobs, html_out):
     """Compare two dumps of one model and prompt node by node (an old and a new llama.cpp build): drift between
     correct builds (exit 0), or the first node beyond it (exit 1). --exact compares at print precision."""
     from ..check.junit import write
@@ -131,7 +133,10 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
     try:
         from ..diff.drift import weight_types_of
 
-        rep = diff(old, new, prefix=prefix, tolerance=tol, weight_types=weight_types_of(model) if model else None)
+        from ..check.pool import jobs_default
+
+        rep = diff(old, new, prefix=prefix, tolerance=tol, weight_types=weight_types_of(model) if model else None,
+                   jobs=jobs or jobs_default())
         if model and not rep.error:
             from ..diff.reference import check_sides
 

@@ -107,30 +107,34 @@ class DiffReport:
 
 
 def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool = False,
-         tolerance: Tolerance = Tolerance(), weight_types: tuple[tuple[str, ...], str] | None = None) -> DiffReport:
+         tolerance: Tolerance = Tolerance(), weight_types: tuple[tuple[str, ...], str] | None = None,
+         jobs: int = 1) -> DiffReport:
     """Compare two dumps node by node; DumpError when either cannot be read.
 
     weight_types: (ggml type names of the model's tensors, where they were read) for the drift model; by default
-    from the logs' `- type` lines, when either printed them."""
+    from the logs' `- type` lines, when either printed them. jobs: processes diffing evaluation pairs (pool.py)."""
+    from .pool import Pairs
+
     da = old if isinstance(old, Dump) else read_dump(old)
     db = new if isinstance(new, Dump) else read_dump(new)
     rep = DiffReport(da.source, db.source, prefix, tolerance)
-    for ea, eb in zip_longest(da.evaluations(), db.evaluations()):
-        if tolerance.drift and rep.model is None and ea is not None and eb is not None:
-            rep.model = DriftModel(_unit(da, db, ea, eb, weight_types))
-        if ea is None or eb is None:
-            one, side = (ea, "old") if eb is None else (eb, "new")
-            roles = assign(one)
-            rep.only += [Unmatched(one.index, one.run, side, roles.role(n), n.ref) for n in one.nodes]
-            rep.warnings.append(f"evaluation {one.index} (run {one.run}) is in {side.upper()} only")
-            continue
-        rep.error = _same_inputs(rep, ea, eb)
-        if rep.error:
-            break
-        rep.evaluations += 1
-        _diff_evaluation(rep, ea, eb, da.source, db.source)
-        ea.nodes.clear()
-        eb.nodes.clear()
+    with Pairs(rep, jobs) as pairs:
+        for ea, eb in zip_longest(da.evaluations(), db.evaluations()):
+            if tolerance.drift and rep.model is None and ea is not None and eb is not None:
+                rep.model = DriftModel(_unit(da, db, ea, eb, weight_types))
+            if ea is None or eb is None:
+                one, side = (ea, "old") if eb is None else (eb, "new")
+                roles = assign(one)
+                pairs.only([Unmatched(one.index, one.run, side, roles.role(n), n.ref) for n in one.nodes])
+                rep.warnings.append(f"evaluation {one.index} (run {one.run}) is in {side.upper()} only")
+                continue
+            rep.error = _same_inputs(rep, ea, eb)
+            if rep.error:
+                break
+            rep.evaluations += 1
+            pairs.diff(ea, eb)
+            ea.nodes.clear()
+            eb.nodes.clear()
     for d in (da, db):
         rep.warnings += [f"{d.source}:{n.line}: {n.message}" for n in d.notes]
     return rep

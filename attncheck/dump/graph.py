@@ -140,6 +140,25 @@ class Evaluation:
     damaged: list[int] = field(default_factory=list)  # lines of lost or garbled text within this evaluation
     damaged_names: dict[str, int] = field(default_factory=dict)  # node name → line of its damaged header
 
+    def __getstate__(self) -> dict:
+        """What a worker process is sent (diff -j): the nodes without their links, as indices (a chain of inputs
+        thousands of nodes deep would overflow pickle's recursion); __setstate__ links them and finds the sites
+        again."""
+        at = {id(n): i for i, n in enumerate(self.nodes)}
+        nodes = [(n.name, n.type, n.op, n.srcs, n.ne, n.line, n.body, n.body_line, n.cut,
+                  -1 if n.inputs[0] is None else at[id(n.inputs[0])], -1 if n.inputs[1] is None else at[id(n.inputs[1])])
+                 for n in self.nodes]
+        state = {k: v for k, v in self.__dict__.items() if k not in ("nodes", "sites", "flash", "other_softmax")}
+        return {**state, "nodes": nodes}
+
+    def __setstate__(self, state: dict) -> None:
+        rows = state.pop("nodes")
+        nodes = [Node(*row[:9]) for row in rows]
+        for n, row in zip(nodes, rows):
+            n.inputs = (None if row[9] < 0 else nodes[row[9]], None if row[10] < 0 else nodes[row[10]])
+        self.__dict__.update(state, nodes=nodes)
+        self.sites, self.flash, self.other_softmax = find_sites(nodes)
+
     @property
     def T(self) -> int | None:
         """Queries in this evaluation: ne1 of kq, or ne2 of FLASH_ATTN_EXT ({D_h, H, T, 1})."""

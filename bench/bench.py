@@ -1,5 +1,6 @@
-"""`make bench`: time and peak memory of `attncheck check` on the 48-layer benchmark dump and on nine runs of it
-one after another (313 MB), with one process and with every core, and of `check --model`.
+"""`make bench`: time and peak memory of `attncheck check` and `list` on the 48-layer benchmark dump and on nine runs
+of it one after another (313 MB), of `diff` of the dump with itself, with one process and with every core, and of
+`check --model`.
 
 Figures are ratios against a baseline run in the same script (a bare Python line count of the same file),
 because these machines are noisy; each command runs as its own subprocess, best of --repeat runs.
@@ -108,7 +109,28 @@ def bench_dump(dump: Path, repeat: int, start: float, jobs: int) -> tuple[float,
     print(f"  {'bare line count':<24} {base[0]:7.3f} s  peak memory {base[1]:6.0f} MB")
     print(line("attncheck check -j 1", one, base[0], start, sites))
     print(line(f"attncheck check -j {jobs}", every, base[0], start, sites))
-    return every[0], max(one[2], every[2])
+    codes = [one[2], every[2]]
+    for j in (1, jobs):
+        listed = measure([sys.executable, "-m", "attncheck", "list", str(dump), "--json", os.devnull, "-j", str(j)],
+                         repeat)
+        print(line(f"attncheck list -j {j}", listed, base[0], start, sites))
+        codes.append(listed[2])
+    return every[0], max(codes)
+
+
+def bench_diff(dump: Path, repeat: int, start: float, jobs: int) -> int:
+    """diff of the dump with itself (both sides read and every printed element compared), -j 1 and every core."""
+    base = measure([sys.executable, "-c", BASELINE, str(dump)], repeat)
+    print(f"diff {dump.name} {dump.name}: both sides {2 * dump.stat().st_size / 1e6:.1f} MB; ratios against the line "
+          f"count of one side ({base[0]:.3f} s)")
+    codes = []
+    for j in (1, jobs):
+        run = measure([sys.executable, "-m", "attncheck", "diff", str(dump), str(dump), "--quiet", "-j", str(j)], repeat)
+        wall = run[0] - start
+        print(f"  {f'attncheck diff -j {j}':<24} {run[0]:7.3f} s  (minus start-up {wall:7.3f} s = "
+              f"{wall / base[0]:5.2f}x the line count)  peak memory {run[1]:6.0f} MB  exit {run[2]}")
+        codes.append(run[2])
+    return max(codes)
 
 
 def main() -> int:
@@ -133,6 +155,7 @@ def main() -> int:
         code = max(code, code_big)
         print(f"growth: x{(large - start) / max(small - start, 1e-9):.2f} the time (minus start-up) for "
               f"x{args.copies} the input")
+    code = max(code, bench_diff(dump, max(1, args.repeat // 2), start, jobs))
     code = max(code, model_bench(args.repeat))
     return 0 if code == 0 else 1
 

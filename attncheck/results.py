@@ -59,7 +59,7 @@ class Failure(NamedTuple):
     line: int | None = None  # the line of the printed row that holds the value (None: the node's header line)
 
 
-@dataclass
+@dataclass(slots=True)
 class CheckResult:
     """One check on one node: it knows whether it passed and the tolerance it would have needed."""
 
@@ -134,7 +134,7 @@ def _by_head(heads: np.ndarray, ratio: np.ndarray, bad: np.ndarray) -> dict[int,
     return {int(h): HeadFigures(int(n[k]), int(failed[k]), float(worst[k])) for k, h in enumerate(keys)}
 
 
-@dataclass
+@dataclass(slots=True)
 class SiteReport:
     """The checks of one evaluation × layer: where the layer's attention sits, and every checker's results on it."""
 

@@ -147,7 +147,10 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     report = Report(source=dump.source, kq_scale=opts.kq_scale, tolerance=opts.tolerance, heads=opts.heads)
     header = read_header(opts.model) if opts.model is not None else None
     shape = require_shape(header.meta, header.path) if header is not None else None
-    checker = DumpChecker(dump.source, given_facts(opts, header), opts.layers, opts.heads, opts.tolerance)
+    # per-head figures only for an observer (the HTML page): no report or JSON shows them, and they are half the
+    # memory a SiteReport holds
+    checker = DumpChecker(dump.source, given_facts(opts, header), opts.layers, opts.heads, opts.tolerance,
+                          per_head=observe is not None)
     model = None
     if header is not None:
         entry = lookup(header.arch)

@@ -59,10 +59,11 @@ def failing_rows(el: Elements, shape: tuple[int, int, int], tol: FixedTolerance 
 
 
 def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: FixedTolerance | None = None,
-            note: str = "", rows: str = "P_rows") -> list[CheckResult]:
+            note: str = "", rows: str = "P_rows", per_head: bool = True) -> list[CheckResult]:
     """One CheckResult per site of the stack: what compare() gives for each site's elements, computed for all sites
     at once. `nodes[i]` is the node site i's check names; `last` names the x axis (slot or dim); `rows` the view's
-    table of its printed rows' lines (P_rows, O_rows), where each failing value is."""
+    table of its printed rows' lines (P_rows, O_rows), where each failing value is; per_head: keep each head's
+    figures (by_head, which the HTML page colours its grid by)."""
     n_sites = len(st.views)
     bound = el.bound if tol is None else tol.bound(el.want)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -78,13 +79,14 @@ def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: Fi
         order = np.lexsort((np.arange(len(key)), -key, el.s))  # per site: the largest ratio, the first on ties
         firsts = order[np.searchsorted(el.s[order], np.arange(n_sites))[checked > 0]]
         worst[checked > 0] = firsts
-    n_h = len(st.heads)
-    hk = el.s * n_h + el.h
-    h_n = np.bincount(hk, minlength=n_sites * n_h).reshape(n_sites, n_h)
-    h_bad = np.bincount(hk[bad], minlength=n_sites * n_h).reshape(n_sites, n_h)
-    h_worst = np.zeros(n_sites * n_h)
-    np.maximum.at(h_worst, hk, np.where(np.isnan(ratio), np.inf, ratio))
-    h_worst = h_worst.reshape(n_sites, n_h)
+    n_h = len(st.heads) if per_head else 0
+    if per_head:
+        hk = el.s * n_h + el.h
+        h_n = np.bincount(hk, minlength=n_sites * n_h).reshape(n_sites, n_h)
+        h_bad = np.bincount(hk[bad], minlength=n_sites * n_h).reshape(n_sites, n_h)
+        h_worst = np.zeros(n_sites * n_h)
+        np.maximum.at(h_worst, hk, np.where(np.isnan(ratio), np.inf, ratio))
+        h_worst = h_worst.reshape(n_sites, n_h)
     axis = st.slots if last == "slot" else st.dims
 
     def where(i: int) -> Location:
@@ -108,8 +110,9 @@ def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: Fi
                 res.failures = [Failure(where(int(k)), float(el.got[k]), float(el.want[k]), float(bound[k]),
                                         None if lines is None else int(lines[el.h[k], el.t[k]]))
                                 for k in mine]
-            res.by_head = {int(st.heads[k]): HeadFigures(int(h_n[i, k]), int(h_bad[i, k]), float(h_worst[i, k]))
-                           for k in range(n_h) if h_n[i, k]}
+            if per_head:
+                res.by_head = {int(st.heads[k]): HeadFigures(int(h_n[i, k]), int(h_bad[i, k]),
+                                                             float(h_worst[i, k])) for k in range(n_h) if h_n[i, k]}
         out.append(res)
     return out
 

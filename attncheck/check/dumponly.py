@@ -65,6 +65,7 @@ class DumpChecker:
     layers: frozenset[int] | None = None
     heads: frozenset[int] | None = None
     tolerance: FixedTolerance | None = None
+    per_head: bool = True  # keep each check's per-head figures (for the HTML page; about half a report's memory)
     _pending: list[Pending] = field(default_factory=list)
     _run: int | None = None
     _pinned: Scored | None = None  # facts pinned early, when a run outgrew MAX_BUFFERED
@@ -231,10 +232,11 @@ class DumpChecker:
         O_nodes = [p.site.kqv or p.site.softmax for p in pending]
         why = [self._why_not(p, v, unexplained) for p, v in zip(pending, st.views)]
         checked = [] if all(why) else list(zip(*(
-            checks.results("masked", P_nodes, st, checks.masked(st), "slot"),
-            checks.results("softmax", P_nodes, st, checks.softmax_rows(st), "slot", tol),
-            checks.results("softmax_ratio", P_nodes, st, checks.softmax_ratio(st), "slot", tol),
-            checks.results("pv", O_nodes, st, checks.pv(st), "dim", tol, rows="O_rows"))))
+            checks.results("masked", P_nodes, st, checks.masked(st), "slot", per_head=self.per_head),
+            checks.results("softmax", P_nodes, st, checks.softmax_rows(st), "slot", tol, per_head=self.per_head),
+            checks.results("softmax_ratio", P_nodes, st, checks.softmax_ratio(st), "slot", tol,
+                           per_head=self.per_head),
+            checks.results("pv", O_nodes, st, checks.pv(st), "dim", tol, rows="O_rows", per_head=self.per_head))))
         rows_whole = st.rows_whole.sum(axis=1) * len(st.heads)
         out = []
         failed: list[tuple[int, Under]] = []

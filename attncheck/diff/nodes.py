@@ -68,7 +68,7 @@ class SumDiff:
         return self.diff <= self.tol
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeDiff:
     """One matched node: how its printed elements compare, and the tolerance they would have needed."""
 

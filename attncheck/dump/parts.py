@@ -16,7 +16,7 @@ from typing import BinaryIO, Iterator, NamedTuple
 
 import numpy as np
 
-PART = 4 << 20  # bytes: big enough that a part's work dwarfs sending it to a worker
+PART = 2 << 20  # bytes: big enough that a part's work dwarfs sending it to a worker
 BLOCK = 8 << 20
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)  # Linux, macOS; elsewhere the map's pages stay until it closes
 _FIRST_HEADER = re.compile(rb"(?m)^[^\n]*?_debug(?:_cb_eval)?: [^\n]*$")

@@ -38,6 +38,7 @@ class Pairs:
         if self.jobs > 1:
             ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
             self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx)
+            self.pool.submit(int).result()  # fork the workers now, while this process holds no dump: less to copy
         return self
 
     def __exit__(self, kind, error, tb) -> None:
@@ -55,7 +56,7 @@ class Pairs:
         pair = pickle.dumps((ea, eb), pickle.HIGHEST_PROTOCOL)  # now: the caller drops the nodes after this call
         settings = (rep.old, rep.new, rep.prefix, rep.tolerance, rep.model)
         self.queue.append(self.pool.submit(_diff_pair, pair, settings))
-        self._drain(2 * self.jobs)
+        self._drain(self.jobs)  # a pair queued per worker beyond those diffing: few pickled pairs held at once
 
     def only(self, unmatched: list[Unmatched]) -> None:
         """Nodes of an evaluation one dump has and the other not, in their place among the pairs' results."""

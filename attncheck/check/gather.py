@@ -60,7 +60,7 @@ def _pending(ev: Evaluation, site: Site, src: str) -> Pending:
     O = parse_sample(site.kqv, src) if site.kqv is not None else None
     V = parse_sample(site.v, src) if site.v is not None and not site.v.quantized else None
     view = site_view(site, ev.n_past, P, S, O, V, src)
-    return Pending(ev.index, ev.run, site.info(), view, _steps(site, S, src))
+    return Pending(ev.index, ev.run, view.site, view, _steps(site, S, src))  # view.site: the SiteInfo, made once
 
 
 def _steps(site: Site, S, src: str) -> list[steps.Step]:

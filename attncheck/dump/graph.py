@@ -145,9 +145,9 @@ class Evaluation:
         thousands of nodes deep would overflow pickle's recursion); __setstate__ links them and finds the sites
         again."""
         at = {id(n): i for i, n in enumerate(self.nodes)}
-        nodes = [(n.name, n.type, n.op, n.srcs, n.ne, n.line, n.body, n.body_line, n.cut,
-                  -1 if n.inputs[0] is None else at[id(n.inputs[0])], -1 if n.inputs[1] is None else at[id(n.inputs[1])])
-                 for n in self.nodes]
+        link = lambda x: -1 if x is None else at[id(x)]  # noqa: E731
+        nodes = [(n.name, n.type, n.op, n.srcs, n.ne, n.line, n.body, n.body_line, n.cut, link(n.inputs[0]),
+                  link(n.inputs[1])) for n in self.nodes]
         state = {k: v for k, v in self.__dict__.items() if k not in ("nodes", "sites", "flash", "other_softmax")}
         return {**state, "nodes": nodes}
 
@@ -302,14 +302,14 @@ class Dump:
             return ev
 
         for rec in records:
-            if isinstance(rec, Note):
+            if rec.__class__ is Note:
                 self.notes.append(rec)
                 if current is not None and rec.damage:
                     current.damaged.append(rec.line)
                     if rec.name:
                         current.damaged_names.setdefault(rec.name, rec.line)
                 continue
-            if isinstance(rec, RunStart):
+            if rec.__class__ is RunStart:
                 self.runs.append(rec)
                 if current is not None:
                     yield finish(current)
@@ -318,7 +318,8 @@ class Dump:
                 run, in_run, n_past, tokens = run + 1, 0, 0, rec.tokens
                 continue
             node: Node = rec
-            key = (node.name, node.op, node.srcs[0].name if node.srcs[0] else None)
+            s0, s1 = node.srcs
+            key = (node.name, node.op, s0.name if s0 else None)
             if current is not None and key == first_key:
                 yield finish(current)
                 T = current.T
@@ -330,7 +331,8 @@ class Dump:
                     run = 0
                 current = Evaluation(index, run, in_run, n_past, tokens, runs_before=len(self.runs))
                 first_key = key
-            node.inputs = (latest.source(node, 0), latest.source(node, 1))
+            node.inputs = (None if s0 is None else latest.source(node, 0),
+                           None if s1 is None else latest.source(node, 1))
             latest.add(node)
             current.nodes.append(node)
             if node.cut and not self.final:  # a part ends between nodes: a node that does not end whole is damage

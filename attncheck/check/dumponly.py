@@ -144,7 +144,8 @@ class DumpChecker:
         return out
 
     def _check_early(self) -> None:
-        """Past EARLY sites of a run, check its new sites under facts pinned on what it has so far (Early)."""
+        """Past EARLY sites of a run, check its new sites under facts pinned on what it has so far (Early), EARLY at
+        a time or more (fewer, larger stacks)."""
         e = self._early
         if e is None:
             if len(self._pending) < EARLY:
@@ -152,6 +153,8 @@ class DumpChecker:
             scored, _ = pin([p.view for p in self._pending], self.given)
             e = self._early = Early(scored, self._factors(), self._unexplained(scored))
         todo = self._pending[len(e.reports):]
+        if len(todo) < EARLY:
+            return
         reports, failed, under = self._check(todo, e.pinned, e.factors, e.unexplained)
         e.failed += [(len(e.reports) + i, u) for i, u in failed]
         e.reports += reports

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from ..dump.graph import Dump, Evaluation
+from ..dump.listing import Listed
 from ..dump.parts import Part, parts
 from ..dump.records import NodeRef, Note, RunStart
 from ..errors import DumpError
@@ -25,7 +26,7 @@ from .gather import EvalData, gather
 class PartResult:
     """What a worker gives back of one part: its evaluations gathered, the records around them, the first error."""
 
-    evals: list[EvalData]
+    evals: list[EvalData | Listed]
     runs: list[RunStart]
     notes: list[Note]
     cut: NodeRef | None  # the node the dump ended inside (last part only)
@@ -33,14 +34,14 @@ class PartResult:
     size: int  # bytes
 
 
-Take = Callable[[Evaluation, str, "frozenset[int] | None"], EvalData]  # what a worker keeps of an evaluation
+Take = Callable[[Evaluation, str, "frozenset[int] | None"], "EvalData | Listed"]  # what a worker keeps of each
 
 
 def gather_part(part: Part, source: str, layers: frozenset[int] | None, take: Take = gather) -> PartResult:
     """Read one part as a dump of its own and take each evaluation (runs in a worker process): gather's EvalData
     for the checks; `list` takes its rows (dump/listing.py's Listed, which Replay renumbers alike)."""
     d = Dump(io.BytesIO(part.text()), source, part.first_line, part.final)
-    out: list[EvalData] = []
+    out: list[EvalData | Listed] = []
     error = None
     try:
         for ev in d.evaluations():

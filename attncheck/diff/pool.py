@@ -43,7 +43,8 @@ class Pairs:
 
     def __exit__(self, kind, error, tb) -> None:
         try:
-            self._drain(0)  # a worker's error comes before whatever stopped the reading after its pair
+            if kind is None or issubclass(kind, Exception):  # not on Ctrl-C: stop at once
+                self._drain(0)  # a worker's error comes before whatever stopped the reading after its pair
         finally:
             if self.pool is not None:
                 self.pool.shutdown(cancel_futures=True)

@@ -11,6 +11,7 @@ from typing import BinaryIO
 from .align import Aligned, align, causal, geometry
 from ..errors import DumpError
 from ..dump.graph import Dump, Evaluation, read_dump
+from ..dump.records import Node
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..dump.roles import assign
 from ..dump.sample import parse_sample
@@ -198,20 +199,25 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
     ka, kb = (roundings(ea), roundings(eb)) if rep.model is not None else ({}, {})
     by_key = {rb.role(n).key: n for n in eb.nodes}
     matched: set[int] = set()
+    partner: dict[int, Node] = {}  # id(OLD node) -> the NEW node it was matched with
     floors = store_scales(ea, ra, src_a) if rep.model is not None else {}
     T_short = min(t for t in (ea.T, eb.T) if t is not None) if (ea.T or eb.T) is not None else None
     geometries: dict = {}
     for a in ea.nodes:
         role = ra.role(a)
         b = by_key.get(role.key)
-        if b is not None and role.kind == "other" and (a.op, a.ne) != (b.op, b.ne):
-            b = None  # a catch-all role is matched by position only: not across nodes of another op or shape
+        if b is not None and role.kind == "other" and ((a.op, a.ne) != (b.op, b.ne)
+                                                       or not _same_reads(a, b, partner)):
+            # a catch-all role is matched by position only: not across nodes of another op or shape, nor when they
+            # read other nodes (a damaged or cut dump moves its catch-alls: the output norm into the last layer)
+            b = None
         if b is not None and a.op != b.op and a.op not in NOT_COMPUTING and b.op not in NOT_COMPUTING:
             b = None  # another computation in the same place (a dump cut before a bias ADD): not comparable
         if b is None or id(b) in matched:
             rep.only.append(Unmatched(ea.index, ea.run, "old", role, a.ref))
             continue
         matched.add(id(b))
+        partner[id(a)] = b
         nd = NodeDiff(ea.index, ea.run, role, a.ref, b.ref, n_past=ea.n_past or 0)
         if rep.model is not None:
             nd.roundings = max(ka.get(id(a), 0), kb.get(id(b), 0))
@@ -220,6 +226,13 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
                    geometries)
         rep.nodes.append(nd)
     rep.only += [Unmatched(eb.index, eb.run, "new", rb.role(n), n.ref) for n in eb.nodes if id(n) not in matched]
+
+
+def _same_reads(a: Node, b: Node, partner: dict[int, Node]) -> bool:
+    """a and b read the same things: each printed source of a was matched with b's source in its place, and an
+    unprinted source (a weight) is unprinted on both sides."""
+    return all((x is None and y is None) or (x is not None and partner.get(id(x)) is y)
+               for x, y in zip(a.inputs, b.inputs))
 
 
 def _diff_node(nd: NodeDiff, rep: DiffReport, side_a: tuple, side_b: tuple, T_short: int | None,

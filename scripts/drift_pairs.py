@@ -36,7 +36,7 @@ SETS = {  # case name, prompt, extra flags
                     ("cat-ctk-f32", CAT, ("-ctk", "f32")), ("long-ub7", LONG, ("-ub", "7"))],
     "confirmation": [("hello", HELLO, ()), ("hello-ub3", HELLO, ("-ub", "3")), ("bank-ub5", BANK, ("-ub", "5"))],
 }
-ATTEMPTS = 5
+ATTEMPTS = 20  # llama.cpp's logger loses the tail at exit in up to 7 of 12 runs of a small model
 
 
 def complete(path: str) -> bool:

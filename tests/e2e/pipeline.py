@@ -17,7 +17,7 @@ BIN = os.environ.get("LLAMA_EVAL_CALLBACK")
 MODELS = Path(__file__).resolve().parents[2] / "fixtures" / "models"
 GPT2 = MODELS / "gpt2-mini-q8_0.gguf"
 LLAMA = MODELS / "llama-mini-gqa-f16.gguf"
-ATTEMPTS = 5  # a cut inside attention was seen in 2 of 12 runs of the -ub 1 case: 5 tries make a failure rare
+ATTEMPTS = 20  # the tail is lost in up to 7 of 12 runs of a small model (falcon, -ub 2): 20 tries leave ~2e-5 per case
 
 
 def again_if_cut(run_once: Callable[[], subprocess.CompletedProcess]) -> subprocess.CompletedProcess:

@@ -37,7 +37,7 @@ CAT = "The cat sat on the mat because it was tired."
 LONG = ("The history of the old harbour town began in the twelfth century, when a small group of fishermen settled "
         "on the banks of the wide river. Over the following centuries it grew into a busy port that traded wool, salt "
         "and timber with merchants from many distant lands.")
-ATTEMPTS = 5  # today's logger loses the tail of its output at exit now and then: such a run is made again
+ATTEMPTS = 20  # today's logger loses the tail of its output at exit (7 of 12 runs of falcon -ub 2): made again
 # measured (scripts/drift_calibrate.py --moves): on SmolLM2 the drift model holds a value of layer 20 within 0.91
 # of its node's rms (Qcur and kq alike), on the 16-layer F16 random llama a value of layer 12 within 0.04 of it
 MOVES = {"smollm2": 1.2, "llama-deep": 0.08}

@@ -44,13 +44,19 @@ MOVES = {"smollm2": 1.2, "llama-deep": 0.08}
 
 
 def llama(binary: str, model: Path, prompt: str, out: Path, *flags: str) -> Path:
-    """llama-eval-callback's merged output, made again (at most ATTEMPTS times) until it reaches the logits."""
+    """llama-eval-callback's merged output, made again (at most ATTEMPTS times) until it reaches the logits; if no
+    run does, the longest (its cut the latest, past the last layer's attention as a rule)."""
     args = [binary, "-m", str(model), "-p", prompt, "-t", "2", "--seed", "1", *flags, *flash_attn_off_args(binary)]
+    attempt, best = out.with_suffix(".try"), -1
     for _ in range(ATTEMPTS):
-        with open(out, "wb") as f:
+        with open(attempt, "wb") as f:
             done = subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=600)
-        assert done.returncode == 0, out.read_text(errors="replace")[-2000:]
-        if complete(out.read_bytes()):
+        assert done.returncode == 0, attempt.read_text(errors="replace")[-2000:]
+        text = attempt.read_bytes()
+        if complete(text) or len(text) > best:
+            best = len(text)
+            attempt.replace(out)
+        if complete(text):
             break
     return out
 

@@ -8,8 +8,8 @@ import click
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, Report, multi_dict
 from ..errors import DumpError, ModelError
 from ..inspect.walk import span
-from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, json_option, junit_option,
-                     output_target, tokens as parse_tokens, vocab, write_html, write_json)
+from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option, json_option,
+                     junit_option, output_target, tokens as parse_tokens, vocab, write_html, write_json)
 
 
 @click.command()
@@ -21,8 +21,7 @@ from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, 
 @junit_option()
 @click.option("--atol", type=TOLERANCE, help="Absolute tolerance in place of the derived per-element bounds.")
 @click.option("--rtol", type=TOLERANCE, help="Relative tolerance in place of the derived per-element bounds.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Processes reading the dump (default: every core); "
-                                                                  "the report does not depend on it.")
+@jobs_option("reading the dump")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failing site (and dump).")
 @click.option("-q", "--quiet", is_flag=True, help="Only the failures and the verdict line.")
 @click.option("-v", "--verbose", is_flag=True, help="A row per evaluation × layer, every check of every site, "

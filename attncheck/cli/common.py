@@ -119,6 +119,12 @@ def json_option(what: str = "the JSON report (schema 1)"):
                         help=f"Write {what}; '-' for stdout (the table then goes to stderr).")
 
 
+def jobs_option(what: str, output: str = "the report"):
+    """-j/--jobs: how many processes do `what` (default: every core); `output` does not depend on it."""
+    return click.option("-j", "--jobs", type=click.IntRange(min=1),
+                        help=f"Processes {what} (default: every core); {output} does not depend on it.")
+
+
 def junit_option():
     return click.option("--junit", metavar="FILE", callback=output_target,
                         help="Write JUnit XML: one testcase per evaluation × layer.")

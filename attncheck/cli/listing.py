@@ -9,7 +9,7 @@ from rich.markup import escape
 from ..check.columns import NEVER, Col, dropped, extent, fit
 from ..check.report import EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..errors import DumpError, printable
-from .common import combine, console as make_console, fail, json_option, model_meta, write_json
+from .common import combine, console as make_console, fail, jobs_option, json_option, model_meta, write_json
 
 COLUMNS = (Col("eval", keep=NEVER), Col("run", keep=2), Col("n_past", keep=3), Col("T", keep=4), Col("nodes", keep=1),
            Col("layer", keep=NEVER), Col("attention", "left", keep=NEVER), Col("nodes (line)", "left", keep=7),
@@ -109,8 +109,7 @@ def _repeats_note(repeats: int) -> str:
 @click.option("--model", metavar="GGUF", help="The model that made the dumps: its vocabulary shows each token's text.")
 @click.option("-v", "--verbose", is_flag=True, help="Every evaluation's layers, also those that repeat the evaluation "
               "printed in full before it (without -v: one row for such an evaluation).")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Processes reading each dump (default: every core); "
-                                                                  "the listing does not depend on it.")
+@jobs_option("reading each dump", "the listing")
 def list_(dumps, json_out, model, verbose, jobs):
     """What dumps hold: runs, evaluations, each layer's attention and its nodes (default: stdin)."""
     from ..arch.vocab import shown

@@ -9,8 +9,8 @@ from rich.console import Console
 
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..errors import DumpError, ModelError
-from .common import (SCALE, TOLERANCE, console as make_console, fail, html_option, json_option, junit_option,
-                     tokens as parse_tokens, vocab, write_html, write_json)
+from .common import (SCALE, TOLERANCE, console as make_console, fail, html_option, jobs_option, json_option,
+                     junit_option, tokens as parse_tokens, vocab, write_html, write_json)
 
 
 @click.command(name="inspect")
@@ -109,8 +109,7 @@ def _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, mod
                                               "and say per layer which side leaves it.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the divergences and the verdict.")
 @click.option("-v", "--verbose", is_flag=True, help="Every matched node, compared or not, and every unmatched one.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Processes diffing evaluation pairs (default: every "
-                                                                  "core); the report does not depend on it.")
+@jobs_option("diffing evaluation pairs")
 @html_option("every compared node along the graph, with the tolerance it needed,")
 def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, quiet, verbose, jobs, html_out):
     """Compare two dumps of one model and prompt node by node (an old and a new llama.cpp build): drift between

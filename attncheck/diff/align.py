@@ -109,10 +109,12 @@ def axes_of(role: Role, node: Node, g: Geometry) -> tuple[str, ...]:
     return _AXES.get(role.name, _GENERIC)
 
 
-def _index_points(s: Sample) -> tuple[np.ndarray, np.ndarray]:
-    """keys [N, 4] = (i0, i1, i2, i3) of every printed element, values [N]; the keys are shared (read-only) by every
-    sample printed with the same indices, so two samples of one ne get the same array object."""
-    return _index_keys(tuple((ix.dtype.str, ix.tobytes()) for ix in s.index))[0], s.values.ravel()
+def _index_points(s: Sample) -> tuple[np.ndarray, np.ndarray, bool]:
+    """keys [N, 4] = (i0, i1, i2, i3) of every printed element, values [N], and whether no two elements share a
+    logical index (true of every sample llama.cpp prints); the keys are shared (read-only) by every sample printed
+    with the same indices, so two samples of one ne get the same array object."""
+    keys, unique = _index_keys(tuple((ix.dtype.str, ix.tobytes()) for ix in s.index))
+    return keys, s.values.ravel(), unique
 
 
 @lru_cache(maxsize=1024)
@@ -123,11 +125,6 @@ def _index_keys(index: tuple[tuple[str, bytes], ...]) -> tuple[np.ndarray, bool]
     keys = np.stack([i0.ravel(), i1.ravel(), i2.ravel(), i3.ravel()], axis=1).astype(np.int64)
     keys.flags.writeable = False
     return keys, all(len(np.unique(np.frombuffer(b, dtype=t))) == len(b) // np.dtype(t).itemsize for t, b in index)
-
-
-def _unique_keys(s: Sample) -> bool:
-    """No two printed elements of the sample share a logical index (true of every sample llama.cpp prints)."""
-    return _index_keys(tuple((ix.dtype.str, ix.tobytes()) for ix in s.index))[1]
 
 
 def _flat(keys: np.ndarray, ne: tuple[int, ...]) -> np.ndarray:
@@ -180,8 +177,8 @@ def align(sa: Sample, sb: Sample, role: Role, ga: Geometry, gb: Geometry) -> Ali
     a, b = sa.node, sb.node
     if not sa.values.size and not sb.values.size:
         return "empty in both dumps"
-    ka, va = _index_points(sa)
-    kb, vb = _index_points(sb)
+    ka, va, unique = _index_points(sa)
+    kb, vb, _ = _index_points(sb)
     how = "index"
     axes = axes_of(role, b, gb)
     if role.name in STORES:
@@ -201,7 +198,7 @@ def align(sa: Sample, sb: Sample, role: Role, ga: Geometry, gb: Geometry) -> Ali
         ka, kb, how, axes = _flat(ka, a.ne), _flat(kb, b.ne), "flat", ("flat", "", "", "")
     if how == "index":
         axes = tuple(name if max(a.ne[j], b.ne[j]) > 1 else "" for j, name in enumerate((*axes, *_GENERIC[len(axes):])))
-    if how == "index" and ka is kb and _unique_keys(sa):  # the same printed indices: every element, in order
+    if how == "index" and ka is kb and unique:  # the same printed indices: every element, in order
         return Aligned(how, ka.copy(), va, vb, axes)
     common, ia, ib = np.intersect1d(_void(ka), _void(kb), return_indices=True)
     if not len(common):

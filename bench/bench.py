@@ -94,8 +94,9 @@ def line(label: str, run: tuple[float, float, int], base: float, start: float, s
             f"peak memory {run[1]:6.0f} MB  {sites / max(wall, 1e-9):7.0f} sites/s  exit {run[2]}")
 
 
-def bench_dump(dump: Path, repeat: int, start: float, jobs: int) -> tuple[float, int]:
-    """Line count, attncheck -j 1 and -j jobs on one dump; returns the -j jobs wall time and exit code."""
+def bench_dump(dump: Path, repeat: int, start: float, jobs: int) -> tuple[float, int, float]:
+    """Line count, attncheck -j 1 and -j jobs on one dump; returns check's -j jobs wall time, the worst exit code and
+    the line count's time."""
     doc = json.loads(subprocess.run([sys.executable, "-m", "attncheck", "check", str(dump), "--json", "-"],
                                     capture_output=True, text=True).stdout)
     t, sites = doc["totals"], doc["totals"]["sites"]
@@ -115,20 +116,20 @@ def bench_dump(dump: Path, repeat: int, start: float, jobs: int) -> tuple[float,
                          repeat)
         print(line(f"attncheck list -j {j}", listed, base[0], start, sites))
         codes.append(listed[2])
-    return every[0], max(codes)
+    return every[0], max(codes), base[0]
 
 
-def bench_diff(dump: Path, repeat: int, start: float, jobs: int) -> int:
-    """diff of the dump with itself (both sides read and every printed element compared), -j 1 and every core."""
-    base = measure([sys.executable, "-c", BASELINE, str(dump)], repeat)
+def bench_diff(dump: Path, repeat: int, start: float, jobs: int, base: float) -> int:
+    """diff of the dump with itself (both sides read and every printed element compared), -j 1 and every core;
+    `base`: the line count of one side, as bench_dump measured it."""
     print(f"diff {dump.name} {dump.name}: both sides {2 * dump.stat().st_size / 1e6:.1f} MB; ratios against the line "
-          f"count of one side ({base[0]:.3f} s)")
+          f"count of one side ({base:.3f} s)")
     codes = []
     for j in (1, jobs):
         run = measure([sys.executable, "-m", "attncheck", "diff", str(dump), str(dump), "--quiet", "-j", str(j)], repeat)
         wall = run[0] - start
         print(f"  {f'attncheck diff -j {j}':<24} {run[0]:7.3f} s  (minus start-up {wall:7.3f} s = "
-              f"{wall / base[0]:5.2f}x the line count)  peak memory {run[1]:6.0f} MB  exit {run[2]}")
+              f"{wall / base:5.2f}x the line count)  peak memory {run[1]:6.0f} MB  exit {run[2]}")
         codes.append(run[2])
     return max(codes)
 
@@ -148,14 +149,14 @@ def main() -> int:
     start = measure([sys.executable, "-m", "attncheck", "--version"], args.repeat)[0]
     print(f"start-up (attncheck --version): {start:.3f} s; {jobs} cores; times are the best of {args.repeat} runs, "
           "each command in its own process, ratios against a bare Python line count of the same file")
-    small, code = bench_dump(dump, args.repeat, start, jobs)
+    small, code, base = bench_dump(dump, args.repeat, start, jobs)
     if args.copies > 1:
         big = concatenated(dump, args.copies)
-        large, code_big = bench_dump(big, max(1, args.repeat // 2), start, jobs)
+        large, code_big, _ = bench_dump(big, max(1, args.repeat // 2), start, jobs)
         code = max(code, code_big)
         print(f"growth: x{(large - start) / max(small - start, 1e-9):.2f} the time (minus start-up) for "
               f"x{args.copies} the input")
-    code = max(code, bench_diff(dump, max(1, args.repeat // 2), start, jobs))
+    code = max(code, bench_diff(dump, max(1, args.repeat // 2), start, jobs, base))
     code = max(code, model_bench(args.repeat))
     return 0 if code == 0 else 1
 

@@ -79,7 +79,7 @@ def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: Fi
         order = np.lexsort((np.arange(len(key)), -key, el.s))  # per site: the largest ratio, the first on ties
         firsts = order[np.searchsorted(el.s[order], np.arange(n_sites))[checked > 0]]
         worst[checked > 0] = firsts
-    n_h = len(st.heads) if per_head else 0
+    n_h = len(st.heads)
     if per_head:
         hk = el.s * n_h + el.h
         h_n = np.bincount(hk, minlength=n_sites * n_h).reshape(n_sites, n_h)

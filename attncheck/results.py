@@ -5,6 +5,7 @@ Comparing lives here; reporting (tables, JSON, JUnit) lives in check/report.py a
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
@@ -122,6 +123,29 @@ def compare(check: str, node, got, want, bound, where, unchecked=0, why="", note
     heads = getattr(where, "heads", None)
     if heads is not None and len(heads) == len(got):
         res.by_head = _by_head(heads, ratio, bad)
+    return res
+
+
+def compare_value(check: str, node, got: float, want: float, bound: float, note: str = "",
+                  tol: FixedTolerance | None = None) -> CheckResult:
+    """compare() of one whole-tensor value (a `sum =` line), which has no element to locate (worst is None): the
+    same IEEE double arithmetic in Python floats, without a dozen numpy calls on one-element arrays."""
+    got, want, bound = float(got), float(want), float(bound)
+    if tol is not None:
+        bound = tol.atol + tol.rtol * abs(want)
+    res = CheckResult(check, node.name, node.line, checked=1, note=note)
+    err = abs(got - want)
+    if not (math.isfinite(got) and math.isfinite(want)) or err != err:  # NaN or inf never passes
+        err = math.inf
+    if err == 0:
+        ratio = 0.0
+    elif bound == 0:  # numpy's err / ±0
+        ratio = math.copysign(math.inf, bound)
+    else:
+        ratio = err / bound
+    res.max_error, res.bound, res.ratio = err, bound, ratio
+    if not err <= bound:
+        res.failed, res.failures = 1, [Failure(None, got, want, bound)]
     return res
 
 

@@ -8,12 +8,14 @@ not be and why, the worst error, the bound there, the factor the bound would hav
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 
 from .. import precision
-from ..results import MAX_FAILURES, CheckResult, Failure, FixedTolerance, HeadFigures, Location, compare
+from ..results import (MAX_FAILURES, CheckResult, Failure, FixedTolerance, HeadFigures, Location, compare,
+                       compare_value)
 from . import bounds
 from .heads import SiteView, Stack
 
@@ -89,21 +91,30 @@ def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: Fi
         h_worst = h_worst.reshape(n_sites, n_h)
     axis = st.slots if last == "slot" else st.dims
 
-    def where(i: int) -> Location:
-        loc = Location(int(st.heads[el.h[i]]), int(st.queries[el.t[i]]))
-        return loc._replace(**{last: int(axis[el.x[i]])})
+    def place(head: int, query: int, x: int) -> Location:
+        return Location(head, query, x) if last == "slot" else Location(head, query, None, x)
 
+    def where(i) -> Location:
+        return place(int(st.heads[el.h[i]]), int(st.queries[el.t[i]]), int(axis[el.x[i]]))
+
+    # each site's worst element, its figures and place taken for all sites at once (Python scalars, as float() and
+    # int() give them), so that the loop below only builds the results
+    w_all = worst[worst >= 0]
+    w_err, w_bound, w_ratio = err[w_all].tolist(), bound[w_all].tolist(), ratio[w_all].tolist()
+    w_h, w_t, w_x = st.heads[el.h[w_all]].tolist(), st.queries[el.t[w_all]].tolist(), axis[el.x[w_all]].tolist()
     out = []
     bad_idx = np.flatnonzero(bad)
-    for i in range(n_sites):
+    w = 0  # the next site with a worst element
+    for i, (n_checked, n_unchecked, n_failed) in enumerate(zip(checked.tolist(), el.unchecked.tolist(),
+                                                                failed.tolist())):
         node = nodes[i]
-        res = CheckResult(check, node.name, node.line, checked=int(checked[i]), unchecked=int(el.unchecked[i]),
-                          why_unchecked=el.why if el.unchecked[i] else "", note=note)
-        if checked[i]:
-            w = worst[i]
-            res.max_error, res.bound, res.ratio = float(err[w]), float(bound[w]), float(ratio[w])
-            res.worst, res.failed = where(w), int(failed[i])
-            if failed[i]:
+        res = CheckResult(check, node.name, node.line, checked=n_checked, unchecked=n_unchecked,
+                          why_unchecked=el.why if n_unchecked else "", note=note)
+        if n_checked:
+            res.max_error, res.bound, res.ratio = w_err[w], w_bound[w], w_ratio[w]
+            res.worst, res.failed = place(w_h[w], w_t[w], w_x[w]), n_failed
+            w += 1
+            if n_failed:
                 mine = bad_idx[el.s[bad_idx] == i][:MAX_FAILURES]
                 # kq, kq_soft_max and kqv print one row per (head, query): the failing value's own line
                 lines = getattr(st.views[i], rows)
@@ -119,6 +130,12 @@ def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: Fi
 
 def finite(view: SiteView) -> list[CheckResult]:
     """Every printed score, weight, output and value is a number: `%12.4f` prints nan/inf for real non-finite ones."""
+    if _all_finite(view):  # the common case, decided with four sums
+        v_size = None if view.V is None else int(np.count_nonzero(view.kv_printed)) * math.prod(view.V.shape[1:])
+        sizes = ((view.site.scores, _size(view.S)), (view.site.softmax, _size(view.P)), (view.site.kqv, _size(view.O)),
+                 (view.site.v, v_size))
+        return [CheckResult("finite", node.name, node.line, checked=size)
+                for node, size in sizes if node is not None and size is not None]
     out = []
     V = view.V[view.kv_printed] if view.V is not None else None  # [h', d, j]: heads whose KV head was printed
     v_heads = view.heads[view.kv_printed] if view.V is not None else None
@@ -147,6 +164,20 @@ def finite(view: SiteView) -> list[CheckResult]:
         res.checked = arr.size
         out.append(res)
     return out
+
+
+def _all_finite(view: SiteView) -> bool:
+    """Every value of S, P, O and V is finite: their sum is (a NaN or inf among them makes it NaN or inf; a sum that
+    overflows only sends the caller to the element-wise path)."""
+    total = 0.0
+    for arr in (view.S, view.P, view.O, view.V):
+        if arr is not None:
+            total += float(np.add.reduce(arr, axis=None))
+    return math.isfinite(total)
+
+
+def _size(arr: np.ndarray | None) -> int | None:
+    return None if arr is None else arr.size
 
 
 def masked(st: Stack) -> Elements:
@@ -268,14 +299,10 @@ def softmax_sum(st: Stack, i: int, tol: FixedTolerance | None = None) -> CheckRe
     P_all = view.P_all
     printed = float(P_all.sum())
     printed_bound = P_all.size * precision.PRINT + precision.sum_bound(int(np.count_nonzero(P_all)), printed)
-    where = lambda k: Location(-1, -1)  # noqa: E731  (a whole-tensor value has no element)
-    res = compare("sum", node, [got], [full], [full_bound], where, note="full tensor: T·H rows that each sum to 1",
-                  tol=tol)
+    res = compare_value("sum", node, got, full, full_bound, note="full tensor: T·H rows that each sum to 1", tol=tol)
     if not res.passed and abs(got - printed) <= (printed_bound if tol is None else tol.bound(printed)):
-        res = compare("sum", node, [got], [printed], [printed_bound], where,
-                      note="printed values only (llama.cpp before PR #15637 summed what it printed)", tol=tol)
-    res.worst = None
-    res.failures = [f._replace(at=None) for f in res.failures]
+        res = compare_value("sum", node, got, printed, printed_bound,
+                            note="printed values only (llama.cpp before PR #15637 summed what it printed)", tol=tol)
     return res
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import precision
 from ..dump.sample import Sample, parse_sample, row_line
-from ..results import CheckResult, Failure, Location, compare, located
+from ..results import CheckResult, Failure, Location, compare, compare_value, located
 from .bounds import F32_REL, FLIP_EXPECTED, FLIP_SHARE, NMSE_MAX, PRINT, TAU, node_class, regime
 from .node_expectation import Expectation, expectation
 from .mapping import KV_QUANTITIES, Layer, Mapped
@@ -184,18 +184,16 @@ class NodeComparison:
         else:
             own += tau * math.sqrt(w.n * w.squares)
         b_full = own + precision.sum_bound(w.n, w.magnitude)
-        where = lambda i: None  # noqa: E731  (a whole-tensor value has no element)
-        res = compare("model_sum", node, [got], [w.total], [b_full], where, note="full tensor")
+        res = compare_value("model_sum", node, got, w.total, b_full, note="full tensor")
         printed = e.want
         if printed.size != int(np.prod(node.ne)):  # elided: the two meanings of `sum` differ
             p_want = float(printed.sum())
             p_bound = float(np.sum(bound)) + precision.sum_bound(printed.size, float(np.abs(printed).sum()))
-            alt = compare("model_sum", node, [got], [p_want], [p_bound], where,
-                          note="printed values only (llama.cpp before PR #15637 summed what it printed)")
+            alt = compare_value("model_sum", node, got, p_want, p_bound,
+                                note="printed values only (llama.cpp before PR #15637 summed what it printed)")
             if run.sum_mode is None and e.derived and res.passed != alt.passed:  # a tight bound tells them apart
                 run.sum_mode = "full tensor" if res.passed else "printed values"
             if run.sum_mode == "printed values" or (run.sum_mode is None and alt.ratio < res.ratio):
                 res = alt
         res.error_model = e.model
-        res.worst = None
         return res

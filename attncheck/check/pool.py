@@ -123,4 +123,5 @@ class Replay:
         self.evaluations += 1
         for p in ev.pending:
             p.evaluation, p.run = ev.index, run
-            p.view = replace(p.view, geometry=replace(p.view.geometry, n_past=n_past))
+            if p.view.geometry.n_past != n_past:  # read in a part that did not start at the run's start
+                p.view = replace(p.view, geometry=replace(p.view.geometry, n_past=n_past))

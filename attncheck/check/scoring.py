@@ -76,13 +76,13 @@ def score(views: list[SiteView], facts: AttentionFacts, extra: Extra | None = No
           only: list[int] | None = None) -> Scored:
     """Rows failing under a hypothesis, over all views or only some (to try it on the failures first)."""
     extra = extra or Extra()
-    chosen = range(len(views)) if only is None else only
+    chosen = list(range(len(views))) if only is None else only
     per_view = [np.zeros(v.P.shape[:2], bool) for v in views]
     picked = [views[i] for i in chosen]
     for idx, st in stacks(picked, [site_facts(facts, v, extra) for v in picked]):
         bad = row_failures(st)
         for k, i in enumerate(idx):
-            per_view[list(chosen)[i]] = bad[k]
+            per_view[chosen[i]] = bad[k]
     failing = sum(int(per_view[i].sum()) for i in chosen)
     rows = sum(per_view[i].size for i in chosen)
     return Scored(facts, extra, failing, rows, per_view)

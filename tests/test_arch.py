@@ -265,3 +265,21 @@ def test_a_moved_soft_cap_value_fails_at_its_row(tmp_path):
     at = {"head": 3, "query": 1, "slot": 0}
     assert bad == [(0, 0, "kq_tanh-0", at, row), (0, 0, "kq_scaled_2-0", at, row_next)]
     assert row > e.node("kq_tanh-0").line
+
+
+def test_logits_cut_short_are_compared_at_the_last_printed_node(models, tmp_path):
+    """llama.cpp's logger lost the tail at exit, between nodes: gemma2's output ends at the first SCALE of the final
+    soft-cap (the logits / 30), its TANH and last SCALE not printed. With the model the run passes, that node compared
+    with the reference at that node (not with the logits, 30 times its size), and the result says so; a value
+    moved there still fails."""
+    dump = "gemma2-tail-lost.txt"
+    doc = check(dump, "--model", model_of(models, dump))
+    out = [c for s in doc["sites"] for c in s["checks"] if c["check"] == "model_result_output"]
+    assert [(c["node"], c["passed"]) for c in out] == [("node_183", True)] and out[0]["checked"] == 6
+    assert "output's node 2 of 4 (SCALE)" in out[0]["note"] and out[0]["ratio"] < 0.1
+    e = DumpEdit(ARCH / dump, tmp_path / dump)
+    e.set("node_183", (0, 0, 0), e.get("node_183", (0, 0, 0)) + 0.05)
+    r = run("check", e.save(), "--model", model_of(models, dump), "--json", "-")
+    assert r.code == 1, r.err
+    bad = [c for s in r.json()["sites"] for c in s["checks"] if not c["passed"]]
+    assert [c["node"] for c in bad] == ["node_183"]

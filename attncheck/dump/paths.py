@@ -89,16 +89,32 @@ def before_post(n: Node | None) -> Node | None:
     return None
 
 
-def output_end(mm: Node, consumers: dict[int, list[Node]]) -> Node:
-    """The logits: the output projection, then its bias ADD, logit SCALE, soft-cap SCALE/TANH/SCALE when present."""
-    n = mm
+OUTPUT_OPS = ("ADD", "SCALE", "TANH")  # what follows the output projection: bias, logit scale, soft-cap
+
+
+def output_chain(mm: Node, consumers: dict[int, list[Node]]) -> list[Node]:
+    """The output's nodes as printed: the projection, then its bias ADD, logit SCALE, soft-cap SCALE/TANH/SCALE when
+    present; the last holds the logits, unless the dump ends before them (llama.cpp's logger loses its tail)."""
+    chain = [mm]
     for _ in range(8):
+        n = chain[-1]
         nxt = [c for c in consumers[id(n)] if c.inputs[0] is n and (c.op in ("SCALE", "TANH")
                                                                      or (c.op == "ADD" and c.inputs[1] is None))]
         if len(nxt) != 1 or len(consumers[id(n)]) != 1:
             break
-        n = nxt[0]
-    return n
+        chain.append(nxt[0])
+    return chain
+
+
+def output_position(node: Node) -> int | None:
+    """Where a node sits in the output's chain (output_chain): 0 for the projection MUL_MAT, 1 for the node after it,
+    ...; None when its sources do not lead back to the projection."""
+    k = 0
+    while node is not None and node.op != "MUL_MAT":
+        if node.op not in OUTPUT_OPS or k >= 8:
+            return None
+        node, k = node.inputs[0], k + 1
+    return None if node is None else k
 
 
 def is_branch(n: Node | None) -> bool:

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .graph import Evaluation
-from .paths import LAYOUT, back_to_cur, before_post, is_branch, output_end, post_of, rotation
+from .paths import LAYOUT, back_to_cur, before_post, is_branch, output_chain, post_of, rotation
 from .records import Node
 
 
@@ -82,6 +82,7 @@ class Roles:
     of: dict[int, Role]  # id(node) -> Role
     layers: list[dict[str, Node]]
     after_out_ids: set[int]  # id(node) of rows re-selected by GET_ROWS(..., out_ids), and all that reads them
+    output: tuple[Node, ...] = ()  # the output's nodes: its projection MUL_MAT, ..., result_output (paths.output_chain)
 
     def role(self, node: Node) -> Role:
         return self.of[id(node)]
@@ -161,6 +162,7 @@ def assign(ev: Evaluation) -> Roles:
         prev_end = end if end is not None else order[id(out)] if out is not None else prev_end
     of: dict[int, Role] = {}
     sections: list[tuple[str, int | None, dict[str, Node]]] = []
+    output: tuple[Node, ...] = ()
     if layers and ("ffn_inp" in layers[0] or "attn_ffn" in layers[0]):
         L0 = layers[0]
         add, branch = (L0["ffn_inp"], L0.get("attn_post", L0.get("attn_out"))) if "ffn_inp" in L0 else \
@@ -172,7 +174,8 @@ def assign(ev: Evaluation) -> Roles:
     if layers and "l_out" in layers[-1]:
         tail = [n for n in ev.nodes[order[id(layers[-1]["l_out"])] + 1:] if _weight_matmul(n)]
         if tail:
-            out_roles = {"result_output": output_end(tail[-1], consumers)}
+            output = tuple(output_chain(tail[-1], consumers))
+            out_roles = {"result_output": output[-1]}
             if tail[-1].inputs[1] is not None:
                 out_roles["result_norm"] = tail[-1].inputs[1]
             sections.append(("output", None, out_roles))
@@ -186,7 +189,7 @@ def assign(ev: Evaluation) -> Roles:
             if name in r:
                 _derive(r[name], name, section, L, of)
     _catch_all(ev.nodes, of)
-    return Roles(of, layers, _after_out_ids(ev.nodes, consumers))
+    return Roles(of, layers, _after_out_ids(ev.nodes, consumers), output)
 
 
 def _stores(span: list[Node], r: dict[str, Node]) -> None:

@@ -63,6 +63,8 @@ class NodeComparison:
         res = compare(check_name(m), node, got, want, bound, self._locator(m, s, np.nonzero(keep), L, n_past, T),
                       note=note)
         res.error_model = e.model
+        if e.note:
+            res.note = f"{res.note}; {e.note}" if res.note else e.note
         if len(got) < s.values[0].size:
             res.unchecked, res.why_unchecked = s.values[0].size - len(got), "not of the --head heads"
         self._nmse(res, err, want, nmse_cap)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..dump.paths import output_position
 from .bounds import DERIVED, DERIVED_ROWS
 from .expect import Expected
 from .grid import locate
@@ -37,6 +38,7 @@ class Expectation:
     touched: np.ndarray | None  # the chance that a rounding flip touches each element (layer0.touched)
     whole: Whole | None  # None when the reference does not hold the whole tensor (the logits)
     row_gain: np.ndarray | None = None  # cascade, a norm's output: how much its row amplifies relative deviations
+    note: str = ""  # what the result should say of what was compared (the logits at an earlier node of the output)
 
     @property
     def derived(self) -> bool:
@@ -94,9 +96,17 @@ def _row_gain(exp: Expected, m: Mapped, g, shape) -> np.ndarray | None:
 def _logits(exp: Expected, node, n_past: int, T: int, printed: tuple[np.ndarray, ...]) -> Expectation | None:
     """result_output {n_vocab, rows}: the reference holds the logits at the vocabulary entries a dump prints only,
     so the `sum` of the whole vocabulary is not checked."""
-    ref, cols = exp.ref.get(None, "result_output"), exp.ref.vocab_cols
-    if cols is None or node.ne[0] != exp.ref.hparams.n_vocab:
+    steps, cols = exp.ref.logit_steps, exp.ref.vocab_cols
+    if cols is None or not steps or node.ne[0] != exp.ref.hparams.n_vocab:
         return None
+    # the dump's last node of the output: the logits themselves, or an earlier node when the dump ends before them
+    # (llama.cpp's logger loses its tail at exit), which is compared with the reference at that node
+    k = output_position(node)
+    ref, note = steps[-1], ""
+    if k is not None and k < len(steps) - 1:
+        ref = steps[k]
+        note = (f"compared at the output's node {k + 1} of {len(steps)} ({node.op}): the dump ends before the "
+                f"logits, the output's last {len(steps) - 1 - k} nodes not printed")
     at = np.searchsorted(cols, printed[2])
     if np.any(at >= len(cols)) or np.any(cols[np.minimum(at, len(cols) - 1)] != printed[2]):
         return None
@@ -106,5 +116,4 @@ def _logits(exp: Expected, node, n_past: int, T: int, printed: tuple[np.ndarray,
         return None
     want = g.take(np.asarray(ref)[None])
     zeros = np.zeros(want.shape)
-    return Expectation("cascade", want, zeros, None, g.valid, None, None)
-
+    return Expectation("cascade", want, zeros, None, g.valid, None, None, note=note)

@@ -52,6 +52,7 @@ class Reference:
     f16_src1: str = "convert"  # matmul.F16_SRC1
     cache: Cache = Cache()
     vocab_cols: np.ndarray | None = None  # the vocabulary entries result_output holds
+    logit_steps: tuple[np.ndarray, ...] = ()  # [T, K] after each node of the output, from the projection on (logits)
 
     @property
     def n_tokens(self) -> int:
@@ -170,19 +171,23 @@ class _Pass:
         out[(il, "l_out")] = y
         return y
 
-    def logits(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """result_output at the vocabulary entries a dump prints: ([T, K], the K entries)."""
+    def logits(self, x: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        """The logits at the vocabulary entries a dump prints, after each node of the output: ([T, K] after the
+        projection, its bias ADD, the logit SCALE, the soft-cap's SCALE, TANH and SCALE, those the model has; the
+        last is result_output), and the K entries."""
         hp = self.hp
         cols = printed_indices(hp.n_vocab)
         head = "output.weight" if self.m.has("output.weight") else "token_embd.weight"
-        y = weight_rows(self.m, head, x, cols, self.s1)
+        steps = [weight_rows(self.m, head, x, cols, self.s1)]
         if self.m.has("output.bias"):
-            y = (y + self.m.tensor("output.bias")[cols]).astype(F32)
+            steps.append((steps[-1] + self.m.tensor("output.bias")[cols]).astype(F32))
         if hp.logit_scale:
-            y = blocks.scale(y, float(F32(1) / F32(hp.logit_scale)))
-        if hp.final_softcap:
-            y = blocks.softcap(y, hp.final_softcap)
-        return y, cols
+            steps.append(blocks.scale(steps[-1], float(F32(1) / F32(hp.logit_scale))))
+        if hp.final_softcap:  # blocks.softcap, node by node
+            steps.append(blocks.scale(steps[-1], float(F32(1) / F32(hp.final_softcap))))
+            steps.append(np.tanh(steps[-1]).astype(F32))
+            steps.append(blocks.scale(steps[-1], hp.final_softcap))
+        return tuple(steps), cols
 
 
 def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
@@ -218,6 +223,7 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type
         x = run.layer(il, x)
     cur = run.norm("output_norm", x)
     run.out[(None, "result_norm")] = cur
-    run.out[(None, "result_output")], cols = run.logits(cur)
+    steps, cols = run.logits(cur)
+    run.out[(None, "result_output")] = steps[-1]
     return Reference(hparams=hp, tokens=tuple(toks), kv_type=kv_type, tensors=run.out, f16_src1=f16_src1,
-                     cache=cache, vocab_cols=cols)
+                     cache=cache, vocab_cols=cols, logit_steps=steps)

@@ -168,3 +168,19 @@ def test_a_damaged_and_a_cut_dump_make_no_regression(tmp_path):
     pairs = {(n.old.name, n.new.name) for n in rep.nodes}
     assert ("norm", "norm-11") not in pairs and ("norm_w", "norm_w-11") not in pairs
     assert any("damaged header" in w for w in rep.warnings)
+
+
+def test_a_dump_that_ends_before_the_logits_is_no_regression(tmp_path):
+    """Two runs of one build on gemma2: one whole; in the other (fixtures/arch/gemma2-tail-lost.txt) the logger lost
+    the output's last two nodes, the TANH and SCALE of the final soft-cap. Roles name the output's nodes back from the
+    last one printed, which paired the logits with the logits / 30: a false REGRESSION. The output's nodes are paired
+    by their place after the projection, and the two that one dump lacks are in one dump only, both ways round."""
+    whole, cut = tmp_path / "whole.txt", FIXTURES / "arch" / "gemma2-tail-lost.txt"
+    whole.write_bytes(lzma.decompress((DRIFT / "gemma2-how-are.whole.txt.xz").read_bytes()))
+    for old, new in ((whole, cut), (cut, whole)):
+        rep = diff(old, new)
+        assert rep.exit_code == 0 and not rep.diverged and len(rep.compared) > 150
+        pairs = {(n.old.name, n.new.name) for n in rep.nodes}
+        assert {("node_182", "node_182"), ("node_183", "node_183")} <= pairs
+        assert not any("result_output" in p for p in pairs)
+        assert sorted(u.node.name for u in rep.only) == ["node_184", "result_output"]

@@ -203,9 +203,10 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
     floors = store_scales(ea, ra, src_a) if rep.model is not None else {}
     T_short = min(t for t in (ea.T, eb.T) if t is not None) if (ea.T or eb.T) is not None else None
     geometries: dict = {}
+    output = _output_pairs(ra.output, rb.output)
     for a in ea.nodes:
         role = ra.role(a)
-        b = by_key.get(role.key)
+        b = output[id(a)] if id(a) in output else by_key.get(role.key)
         if b is not None and role.kind == "other" and ((a.op, a.ne) != (b.op, b.ne)
                                                        or not _same_reads(a, b, partner)):
             # a catch-all role is matched by position only: not across nodes of another op or shape, nor when they
@@ -226,6 +227,16 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
                    geometries)
         rep.nodes.append(nd)
     rep.only += [Unmatched(eb.index, eb.run, "new", rb.role(n), n.ref) for n in eb.nodes if id(n) not in matched]
+
+
+def _output_pairs(a: tuple[Node, ...], b: tuple[Node, ...]) -> dict[int, Node | None]:
+    """id(OLD node) → its NEW partner among the output's nodes, when one dump prints fewer of them (llama.cpp's
+    logger lost the tail before the logits): the nodes at the same place after the projection compute the same, and
+    OLD's nodes beyond NEW's last have no partner. Roles name the output's nodes back from its last, which would
+    pair the logits with what the shorter dump printed last. Empty when both print as many."""
+    if len(a) == len(b) or not a or not b:
+        return {}
+    return {id(x): (b[k] if k < len(b) else None) for k, x in enumerate(a)}
 
 
 def _same_reads(a: Node, b: Node, partner: dict[int, Node]) -> bool:

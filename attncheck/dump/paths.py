@@ -89,7 +89,7 @@ def before_post(n: Node | None) -> Node | None:
     return None
 
 
-OUTPUT_OPS = ("ADD", "SCALE", "TANH")  # what follows the output projection: bias, logit scale, soft-cap
+OUTPUT_OPS = ("ADD", "SCALE", "TANH")  # what follows a weight MUL_MAT of the output: bias, logit scale, soft-cap
 
 
 def output_chain(mm: Node, consumers: dict[int, list[Node]]) -> list[Node]:
@@ -106,9 +106,10 @@ def output_chain(mm: Node, consumers: dict[int, list[Node]]) -> list[Node]:
     return chain
 
 
-def output_position(node: Node) -> int | None:
-    """Where a node sits in the output's chain (output_chain): 0 for the projection MUL_MAT, 1 for the node after it,
-    ...; None when its sources do not lead back to the projection."""
+def position_after_matmul(node: Node) -> int | None:
+    """How many bias ADD, SCALE and TANH nodes lie between a node and the weight MUL_MAT it comes from, itself
+    included: 0 for the MUL_MAT, 1 for its bias ADD (attn_out) or the node after the output projection (output_chain),
+    ...; None when its sources do not lead back to a MUL_MAT that way."""
     k = 0
     while node is not None and node.op != "MUL_MAT":
         if node.op not in OUTPUT_OPS or k >= 8:

@@ -38,11 +38,12 @@ class Expected(Layer0):
 
     # ---- values ----------------------------------------------------------------------------------------
 
-    def value(self, quantity: str, role: str, layer: int | None) -> np.ndarray:
-        """The reference in the canonical layout of `quantity` (mapping.CANONICAL), float64; rows [1, T, width]."""
+    def value(self, quantity: str, role: str, layer: int | None, position: int | None = None) -> np.ndarray:
+        """The reference in the canonical layout of `quantity` (mapping.CANONICAL), float64; rows [1, T, width]. A
+        rows node at `position` after its weight MUL_MAT gets the role's value at that node (Reference.at_node)."""
         r = self.ref  # not cached: the reference holds it in f32 already, so memory stays that of one reference
         if quantity == "rows":
-            return np.asarray(r.get(layer, role)[None], dtype=np.float64)
+            return np.asarray(r.at_node(layer, role, position)[0][None], dtype=np.float64)
         return np.asarray(r.get(layer, ROLE.get(quantity, quantity)), dtype=np.float64)
 
     def norm_input(self, role: str, layer: int | None) -> np.ndarray | None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dump.paths import output_position
+from ..dump.paths import position_after_matmul
 from .bounds import DERIVED, DERIVED_ROWS
 from .expect import Expected
 from .grid import locate
@@ -54,7 +54,8 @@ def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int,
     flash = L.flash and m.quantity == "kqv"
     derived = (ref_layer == 0 and m.quantity in DERIVED) or (m.role in DERIVED_ROWS and ref_layer in (0, None))
     canon = CANONICAL[m.quantity]
-    ref = exp.value(m.quantity, m.role, ref_layer)
+    position = position_after_matmul(node) if m.quantity == "rows" else None
+    ref = exp.value(m.quantity, m.role, ref_layer, position)
     g = locate(canon, m.labels, node.ne, n_past, T, printed, ref.shape)
     if g is None:
         return None
@@ -74,7 +75,8 @@ def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int,
     model = ("derived" if derived else "cascade") + ("+flash" if flash else "")
     gain = _row_gain(exp, m, g, ref.shape) if not derived else None
     return Expectation(model, g.take(ref), extra, g.take(flips) if flips is not None else None, g.valid,
-                       g.take(touched) if touched is not None else None, whole, gain)
+                       g.take(touched) if touched is not None else None, whole, gain,
+                       note=exp.ref.at_node(ref_layer, m.role, position)[1] if position is not None else "")
 
 
 def _row_gain(exp: Expected, m: Mapped, g, shape) -> np.ndarray | None:
@@ -96,17 +98,11 @@ def _row_gain(exp: Expected, m: Mapped, g, shape) -> np.ndarray | None:
 def _logits(exp: Expected, node, n_past: int, T: int, printed: tuple[np.ndarray, ...]) -> Expectation | None:
     """result_output {n_vocab, rows}: the reference holds the logits at the vocabulary entries a dump prints only,
     so the `sum` of the whole vocabulary is not checked."""
-    steps, cols = exp.ref.logit_steps, exp.ref.vocab_cols
-    if cols is None or not steps or node.ne[0] != exp.ref.hparams.n_vocab:
+    cols = exp.ref.vocab_cols
+    if cols is None or node.ne[0] != exp.ref.hparams.n_vocab:
         return None
-    # the dump's last node of the output: the logits themselves, or an earlier node when the dump ends before them
-    # (llama.cpp's logger loses its tail at exit), which is compared with the reference at that node
-    k = output_position(node)
-    ref, note = steps[-1], ""
-    if k is not None and k < len(steps) - 1:
-        ref = steps[k]
-        note = (f"compared at the output's node {k + 1} of {len(steps)} ({node.op}): the dump ends before the "
-                f"logits, the output's last {len(steps) - 1 - k} nodes not printed")
+    # the logits, or, when the dump ends before them (llama.cpp's logger lost the tail), the output's node it ends on
+    ref, note = exp.ref.at_node(None, "result_output", position_after_matmul(node))
     at = np.searchsorted(cols, printed[2])
     if np.any(at >= len(cols)) or np.any(cols[np.minimum(at, len(cols) - 1)] != printed[2]):
         return None

@@ -14,7 +14,7 @@ rows, and the output projection only at the vocabulary entries a dump prints (th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -52,7 +52,9 @@ class Reference:
     f16_src1: str = "convert"  # matmul.F16_SRC1
     cache: Cache = Cache()
     vocab_cols: np.ndarray | None = None  # the vocabulary entries result_output holds
-    logit_steps: tuple[np.ndarray, ...] = ()  # [T, K] after each node of the output, from the projection on (logits)
+    # a role's value after each of its nodes, from its weight MUL_MAT on, where it has more than one (attn_out with a
+    # bias; the logits: bias, logit scale, soft-cap); the last is tensors[(layer, role)]
+    steps: Mapping[tuple[int | None, str], tuple[np.ndarray, ...]] = field(default_factory=dict)
 
     @property
     def n_tokens(self) -> int:
@@ -69,6 +71,16 @@ class Reference:
     def has(self, layer: int | None, role: str) -> bool:
         return (layer, role) in self.tensors
 
+    def at_node(self, layer: int | None, role: str, position: int | None) -> tuple[np.ndarray, str]:
+        """The role's value after its node at `position` after the weight MUL_MAT (dump/paths.py
+        position_after_matmul), and what to say of it: a dump whose logger lost the tail may end on an earlier node of
+        the role than its last (attn_out's MUL_MAT before the bias ADD)."""
+        steps = self.steps.get((layer, role), ())
+        if position is None or position >= len(steps) - 1:
+            return self.get(layer, role), ""
+        return steps[position], (f"{role} as of its node {position + 1} of {len(steps)}: the dump ends before the "
+                                 "rest (llama.cpp's logger lost the tail)")
+
 
 class _Pass:
     """One forward pass: the model, its arithmetic, and the nodes computed so far."""
@@ -76,14 +88,19 @@ class _Pass:
     def __init__(self, model: Model, f16_src1: str, cache: Cache):
         self.m, self.hp, self.fw, self.s1, self.cache = model, model.hparams, model.hparams.forward, f16_src1, cache
         self.out: dict[tuple[int | None, str], np.ndarray] = {}
+        self.steps: dict[tuple[int | None, str], tuple[np.ndarray, ...]] = {}  # Reference.steps
         self.exact = True  # f64 sums in layer 0 (held to print precision), f32 in deeper layers
 
     def linear(self, prefix: str, x: np.ndarray) -> np.ndarray:
         """MUL_MAT with `prefix.weight`, then ADD `prefix.bias` when the model has one."""
+        return self.linear_steps(prefix, x)[-1]
+
+    def linear_steps(self, prefix: str, x: np.ndarray) -> tuple[np.ndarray, ...]:
+        """linear's value after the MUL_MAT, and after the bias ADD when the model has one."""
         y = weight_matmul(self.m, prefix + ".weight", x, self.s1, exact=self.exact)
         if self.m.has(prefix + ".bias"):
-            y = (y + self.m.tensor(prefix + ".bias")).astype(F32)
-        return y
+            return y, (y + self.m.tensor(prefix + ".bias")).astype(F32)
+        return (y,)
 
     def norm(self, prefix: str, x: np.ndarray, rms: bool | None = None) -> np.ndarray:
         """build_norm over the last axis: NORM or RMS_NORM (Forward.norm), MUL by the weight, ADD the bias."""
@@ -150,8 +167,10 @@ class _Pass:
         att = attention(q, k, v, self.hp, il, self.cache, self.s1, exact=self.exact)
         for role, arr in att.items():
             out[(il, role)] = arr
-        attn_out = self.linear(p + "attn_output", att["kqv_unrot"])
-        out[(il, "attn_out")] = attn_out
+        steps = self.linear_steps(p + "attn_output", att["kqv_unrot"])
+        out[(il, "attn_out")] = attn_out = steps[-1]
+        if len(steps) > 1:  # a dump whose logger lost the tail after the last attention may end between the two
+            self.steps[(il, "attn_out")] = steps
         post = self.norm(p + "post_attention_norm", attn_out) if fw.post_norms else self.residual(attn_out)
         out[(il, "attn_post")] = post
         if fw.parallel:  # falcon: the FFN reads attn_norm; l_out = (ffn_out + attn_out) + x
@@ -171,10 +190,10 @@ class _Pass:
         out[(il, "l_out")] = y
         return y
 
-    def logits(self, x: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-        """The logits at the vocabulary entries a dump prints, after each node of the output: ([T, K] after the
-        projection, its bias ADD, the logit SCALE, the soft-cap's SCALE, TANH and SCALE, those the model has; the
-        last is result_output), and the K entries."""
+    def logits(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """result_output at the vocabulary entries a dump prints ([T, K], the K entries); its value after each node
+        of the output (the projection, its bias ADD, the logit SCALE, the soft-cap's SCALE, TANH and SCALE, those the
+        model has) goes to steps."""
         hp = self.hp
         cols = printed_indices(hp.n_vocab)
         head = "output.weight" if self.m.has("output.weight") else "token_embd.weight"
@@ -187,7 +206,8 @@ class _Pass:
             steps.append(blocks.scale(steps[-1], float(F32(1) / F32(hp.final_softcap))))
             steps.append(np.tanh(steps[-1]).astype(F32))
             steps.append(blocks.scale(steps[-1], hp.final_softcap))
-        return tuple(steps), cols
+        self.steps[(None, "result_output")] = tuple(steps)
+        return steps[-1], cols
 
 
 def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
@@ -223,7 +243,6 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type
         x = run.layer(il, x)
     cur = run.norm("output_norm", x)
     run.out[(None, "result_norm")] = cur
-    steps, cols = run.logits(cur)
-    run.out[(None, "result_output")] = steps[-1]
+    run.out[(None, "result_output")], cols = run.logits(cur)
     return Reference(hparams=hp, tokens=tuple(toks), kv_type=kv_type, tensors=run.out, f16_src1=f16_src1,
-                     cache=cache, vocab_cols=cols, logit_steps=steps)
+                     cache=cache, vocab_cols=cols, steps=run.steps)

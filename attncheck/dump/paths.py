@@ -89,7 +89,7 @@ def before_post(n: Node | None) -> Node | None:
     return None
 
 
-OUTPUT_OPS = ("ADD", "SCALE", "TANH")  # what follows a weight MUL_MAT of the output: bias, logit scale, soft-cap
+AFTER_MATMUL = ("ADD", "SCALE", "TANH")  # what may follow a weight MUL_MAT in one role: bias, logit scale, soft-cap
 
 
 def output_chain(mm: Node, consumers: dict[int, list[Node]]) -> list[Node]:
@@ -112,7 +112,7 @@ def position_after_matmul(node: Node) -> int | None:
     ...; None when its sources do not lead back to a MUL_MAT that way."""
     k = 0
     while node is not None and node.op != "MUL_MAT":
-        if node.op not in OUTPUT_OPS or k >= 8:
+        if node.op not in AFTER_MATMUL or k >= 8:
             return None
         node, k = node.inputs[0], k + 1
     return None if node is None else k

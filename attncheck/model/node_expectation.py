@@ -38,7 +38,7 @@ class Expectation:
     touched: np.ndarray | None  # the chance that a rounding flip touches each element (layer0.touched)
     whole: Whole | None  # None when the reference does not hold the whole tensor (the logits)
     row_gain: np.ndarray | None = None  # cascade, a norm's output: how much its row amplifies relative deviations
-    note: str = ""  # what the result should say of what was compared (the logits at an earlier node of the output)
+    note: str = ""  # what the result should say of what was compared (a role at an earlier node than its last)
 
     @property
     def derived(self) -> bool:

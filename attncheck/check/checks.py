@@ -130,12 +130,6 @@ def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: Fi
 
 def finite(view: SiteView) -> list[CheckResult]:
     """Every printed score, weight, output and value is a number: `%12.4f` prints nan/inf for real non-finite ones."""
-    if _all_finite(view):  # the common case, decided with four sums
-        v_size = None if view.V is None else int(np.count_nonzero(view.kv_printed)) * math.prod(view.V.shape[1:])
-        sizes = ((view.site.scores, _size(view.S)), (view.site.softmax, _size(view.P)), (view.site.kqv, _size(view.O)),
-                 (view.site.v, v_size))
-        return [CheckResult("finite", node.name, node.line, checked=size)
-                for node, size in sizes if node is not None and size is not None]
     out = []
     V = view.V[view.kv_printed] if view.V is not None else None  # [h', d, j]: heads whose KV head was printed
     v_heads = view.heads[view.kv_printed] if view.V is not None else None
@@ -144,7 +138,7 @@ def finite(view: SiteView) -> list[CheckResult]:
     for arr, node, last, rows in nodes:  # rows: [h, t] the line of each printed row, where the view knows it
         if arr is None or node is None:
             continue
-        if np.isfinite(arr).all():
+        if _all_finite(arr):
             out.append(CheckResult("finite", node.name, node.line, checked=arr.size))
             continue
         idx = np.nonzero(~np.isfinite(arr))
@@ -166,18 +160,10 @@ def finite(view: SiteView) -> list[CheckResult]:
     return out
 
 
-def _all_finite(view: SiteView) -> bool:
-    """Every value of S, P, O and V is finite: their sum is (a NaN or inf among them makes it NaN or inf; a sum that
-    overflows only sends the caller to the element-wise path)."""
-    total = 0.0
-    for arr in (view.S, view.P, view.O, view.V):
-        if arr is not None:
-            total += float(np.add.reduce(arr, axis=None))
-    return math.isfinite(total)
-
-
-def _size(arr: np.ndarray | None) -> int | None:
-    return None if arr is None else arr.size
+def _all_finite(arr: np.ndarray) -> bool:
+    """Every value is finite, decided by one sum in the common case (a NaN or inf makes the sum NaN or inf; only a
+    sum that overflows needs the element-wise test)."""
+    return math.isfinite(float(np.add.reduce(arr, axis=None))) or bool(np.isfinite(arr).all())
 
 
 def masked(st: Stack) -> Elements:

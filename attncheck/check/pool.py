@@ -60,6 +60,11 @@ def jobs_default() -> int:
         return os.cpu_count() or 1
 
 
+def fork_context():
+    """Workers forked where the platform can (they start at once and share the parent's pages), else its default."""
+    return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+
+
 def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take: Take = gather
              ) -> Iterator[PartResult]:
     """The parts' results in dump order: in this process (jobs 1) or a pool of `jobs` workers, a few parts ahead."""
@@ -67,8 +72,7 @@ def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take
         for part in parts(stream):
             yield gather_part(part, source, layers, take)
         return
-    ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=fork_context()) as pool:
         ahead: list[Future] = []
         for part in parts(stream):
             ahead.append(pool.submit(gather_part, part, source, layers, take))

@@ -6,11 +6,11 @@ function of the pair and those settings (compare.py's _diff_evaluation), so noth
 """
 from __future__ import annotations
 
-import multiprocessing
 import pickle
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 
+from ..check.pool import fork_context
 from ..dump.graph import Evaluation
 from .compare import DiffReport, _diff_evaluation
 from .nodes import NodeDiff, Unmatched
@@ -36,8 +36,7 @@ class Pairs:
 
     def __enter__(self) -> "Pairs":
         if self.jobs > 1:
-            ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-            self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx)
+            self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=fork_context())
             self.pool.submit(int).result()  # fork the workers now, while this process holds no dump: less to copy
         return self
 

@@ -89,7 +89,10 @@ def before_post(n: Node | None) -> Node | None:
     return None
 
 
-AFTER_MATMUL = ("ADD", "SCALE", "TANH")  # what may follow a weight MUL_MAT in one role: bias, logit scale, soft-cap
+def _after_matmul(n: Node) -> bool:
+    """A node that may follow a weight MUL_MAT within one role, reading it as src0: the bias ADD (of a weight, not a
+    printed node), a SCALE (logit scale, soft-cap), a TANH (soft-cap)."""
+    return n.op in ("SCALE", "TANH") or (n.op == "ADD" and n.inputs[1] is None)
 
 
 def output_chain(mm: Node, consumers: dict[int, list[Node]]) -> list[Node]:
@@ -98,8 +101,7 @@ def output_chain(mm: Node, consumers: dict[int, list[Node]]) -> list[Node]:
     chain = [mm]
     for _ in range(8):
         n = chain[-1]
-        nxt = [c for c in consumers[id(n)] if c.inputs[0] is n and (c.op in ("SCALE", "TANH")
-                                                                     or (c.op == "ADD" and c.inputs[1] is None))]
+        nxt = [c for c in consumers[id(n)] if c.inputs[0] is n and _after_matmul(c)]
         if len(nxt) != 1 or len(consumers[id(n)]) != 1:
             break
         chain.append(nxt[0])
@@ -107,12 +109,12 @@ def output_chain(mm: Node, consumers: dict[int, list[Node]]) -> list[Node]:
 
 
 def position_after_matmul(node: Node) -> int | None:
-    """How many bias ADD, SCALE and TANH nodes lie between a node and the weight MUL_MAT it comes from, itself
-    included: 0 for the MUL_MAT, 1 for its bias ADD (attn_out) or the node after the output projection (output_chain),
+    """How many nodes that may follow a weight MUL_MAT (_after_matmul) lie between a node and the MUL_MAT it comes
+    from, itself included: 0 for the MUL_MAT, 1 for its bias ADD (attn_out) or the node after the output projection (output_chain),
     ...; None when its sources do not lead back to a MUL_MAT that way."""
     k = 0
     while node is not None and node.op != "MUL_MAT":
-        if node.op not in AFTER_MATMUL or k >= 8:
+        if not _after_matmul(node) or k >= 8:
             return None
         node, k = node.inputs[0], k + 1
     return None if node is None else k

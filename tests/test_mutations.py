@@ -461,7 +461,7 @@ def test_sum_change_within_the_bound_passes_and_beyond_fails(dump, ev, layer, tm
 @pytest.mark.parametrize("dump,scale", [("gpt2-how-are.txt", 1 / 8), ("llama-gqa-draw.txt", 32 ** -0.5)])
 def test_wrong_kq_scale_fails_and_the_hint_gives_the_right_one(dump, scale):
     doc = check_json(FIXTURES / dump, "--kq-scale", "0.2")
-    assert doc["kq_scale"] == {"value": 0.2, "origin": "--kq-scale"}
+    assert doc["kq_scale"] == {"value": 0.2, "origin": "option", "detail": "--kq-scale"}
     assert {c for _, _, c, _, _ in failures(doc)} >= {"softmax"}
     assert doc["inferred_kq_scale"]["value"] == pytest.approx(scale, rel=1e-3)
     for text in (doc["hint"], *[line for line in _text(FIXTURES / dump, "--kq-scale", "0.2") if line.startswith("hint:")]):

@@ -59,7 +59,7 @@ def test_nonsense_numbers_are_one_line_usage_errors(args, option):
 
 def test_a_good_scale_is_still_taken():
     r = run("check", HOW_ARE, "--kq-scale", "0.125", "--atol", "1e-3", "--rtol", "0", "--json", "-")
-    assert r.code == 0 and r.json()["kq_scale"] == {"value": 0.125, "origin": "--kq-scale"}
+    assert r.code == 0 and r.json()["kq_scale"] == {"value": 0.125, "origin": "option", "detail": "--kq-scale"}
 
 
 def test_a_typo_for_a_command_names_the_commands():

@@ -7,6 +7,9 @@ from ..results import FixedTolerance, SiteReport, json_number
 
 SCHEMA = 1
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED = 0, 1, 2, 3
+# checks that recompute nothing of attention: every printed number finite, and the SOFT_MAX `sum =` line (T·H). They
+# fail a run, but a run of which only they were checked is not verified (exit 3), never a PASS
+WEAK = ("finite", "sum")
 
 
 @dataclass
@@ -34,7 +37,8 @@ class Report:
 
     @property
     def checked(self) -> int:
-        return sum(r.checked for s in self.sites for r in s.results)
+        """Elements of the checks that recompute attention (WEAK ones alone verify nothing: see exit_code)."""
+        return sum(r.checked for s in self.sites for r in s.results if r.check not in WEAK)
 
     @property
     def failed_sites(self) -> list[SiteReport]:
@@ -81,6 +85,18 @@ class Report:
             "model_kq_elements_checked": sum(r.checked for r in kq),
             "model_sums_checked": sum(r.checked for s in self.sites for r in s.results if r.check == "model_sum"),
         }
+
+    def kq_scale_fact(self) -> dict:
+        """The SOFT_MAX scale as one fact (value, origin, detail), the one every run's facts hold; when runs differ,
+        value None and each run's under "runs"."""
+        given = ({"value": self.kq_scale, "origin": "option", "detail": "--kq-scale"} if self.kq_scale is not None
+                 else {"value": None, "origin": "default", "detail": "1/sqrt(D_h)"})
+        per_run = [r["kq_scale"] for r in self.facts if "kq_scale" in r]
+        if not per_run:
+            return given
+        if all(f == per_run[0] for f in per_run):
+            return per_run[0]
+        return {"value": None, "origin": "per run", "detail": "the runs' facts differ", "runs": per_run}
 
     def head_range(self) -> str:
         """The heads the checked layers have: '0..11' (or per count when layers differ)."""
@@ -139,7 +155,7 @@ class Report:
             "source": self.source,
             "verdict": self.verdict,
             "exit_code": self.exit_code,
-            "kq_scale": {"value": self.kq_scale, "origin": "--kq-scale" if self.kq_scale is not None else "1/sqrt(D_h)"},
+            "kq_scale": self.kq_scale_fact(),
             "inferred_kq_scale": {"value": self.inferred_kq_scale, "rows": self.inferred_rows},
             "tolerance": ({"origin": "derived per element from print precision and storage types"}
                           if self.tolerance is None else

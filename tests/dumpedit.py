@@ -219,3 +219,23 @@ class DumpEdit:
     def save(self) -> Path:
         self.path.write_bytes("\n".join(self.lines).encode("latin-1"))
         return self.path
+
+
+def single_faults(edit: DumpEdit, weights: str, kqv: str) -> list[tuple[str, int, tuple[int, int, int], float]]:
+    """(node, occurrence, (head, query, slot or dim), new value) for every printed element of a kq_soft_max and a kqv
+    node, in every occurrence (evaluation): a masked weight (printed 0) set to 0.01, a visible one moved by 0.002
+    towards 0.5, a kqv element moved by 0.01. Each is far beyond its bound where the check can see it."""
+    out = []
+    for name in (weights, kqv):
+        for occ in range(len(edit.headers(name))):
+            ne = edit.node(name, occ).ne
+            for index in ((h, t, j) for h in printed(ne[2]) for t in printed(ne[1]) for j in printed(ne[0])):
+                old = edit.get(name, index, occ)
+                if name == kqv:
+                    new = old + 0.01
+                elif old == 0.0:
+                    new = 0.01
+                else:
+                    new = old + (0.002 if old < 0.5 else -0.002)
+                out.append((name, occ, index, new))
+    return out

@@ -173,15 +173,18 @@ def _move_scores(dump: str, dst: Path, factor: float) -> Path:
     return e.save()
 
 
-def test_a_dump_no_hypothesis_explains_is_a_warning_not_a_failure(tmp_path):
+def test_a_scale_no_round_value_gives_is_fitted_and_every_row_checked(tmp_path):
     """A hand-made case: granite's scores all scaled by 1.013, so the scale the weights imply (0.0617) is no round
-    value and no stated hypothesis fits; no real dump of a correct run does this."""
+    value; the one scale every row's weight ratios agree on is pinned, named with its rows, and every row is checked
+    under it (it used to leave them all unchecked); no real dump of a correct run does this."""
     path = _move_scores("granite-how-are.txt", tmp_path / "d.txt", 1.013)
     r = run("check", path, "--json", "-")
-    assert r.code == 0  # the sum lines are still checked, and pass; nothing fails
+    assert r.code == 0, r.err
     doc = r.json()
-    assert doc["totals"]["softmax_rows_checked"] == 0 and doc["facts"][0]["unexplained"] is True
-    assert "no stated hypothesis explains the printed weights" in r.err and "kq_scale 1/sqrt(D_h)" in r.err
+    assert doc["totals"]["softmax_rows_checked"] == 16 and doc["facts"][0]["rows_failing"] == 0
+    ks = doc["facts"][0]["kq_scale"]
+    assert ks["origin"] == "inferred" and ks["detail"].startswith("fitted") and "(8 rows)" in ks["detail"]
+    assert ks["value"] == pytest.approx(0.0625 * 1.013 ** -1, rel=1e-3)
 
 
 @pytest.mark.parametrize("dump, node, index, delta", [

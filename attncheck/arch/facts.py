@@ -113,7 +113,9 @@ class AttentionFacts:
                 window["value"]["n_swa_range"] = list(w.n_range)
         sinks = self.sinks.to_dict()
         if self.sinks.value is not None:
-            sinks["value"] = {str(k): [round(float(x), 6) for x in v] for k, v in sorted(self.sinks.value.items())}
+            # -inf: no sink in that head; NaN: its rows agreed on none (JSON has neither: null)
+            sinks["value"] = {str(k): [round(float(x), 6) if np.isfinite(x) else None for x in v]
+                              for k, v in sorted(self.sinks.value.items())}
         return {
             "arch": self.arch,
             "kq_scale": self.kq_scale.to_dict(),

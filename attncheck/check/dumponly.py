@@ -18,8 +18,8 @@ from . import checks, steps
 from .gather import EvalData, Pending, gather
 from .heads import SiteView, Stack, Under, select_heads, stacks
 from .fits import inferred_scale
-from .hypotheses import describe, pin
-from .scoring import FIXED, MIN_FIT_SHARE, Scored, site_facts
+from .hypotheses import pin
+from .scoring import FIXED, Scored, site_facts
 
 MAX_BUFFERED = 20000  # sites of one run kept to pin its facts; past that, the rest of the run is checked as it comes
 EARLY = 64  # sites of a run after which its sites are checked as they come, under facts pinned on those (see Early)
@@ -42,13 +42,12 @@ class DumpSummary:
 @dataclass
 class Early:
     """A run's sites checked as they come, under facts pinned on its first EARLY sites, so that checking overlaps
-    reading (-j). The run's own pin still decides: at its end, these reports stand only if every site's facts, the
-    step factors and the `unexplained` verdict are the ones they were checked under; else the run is checked again.
+    reading (-j). The run's own pin still decides: at its end, these reports stand only if every site's facts and the
+    step factors are the ones they were checked under; else the run is checked again.
     Either way the reports are those of a check of the whole run under its pin: nothing depends on -j."""
 
     pinned: Scored
     factors: dict
-    unexplained: bool
     reports: list[SiteReport] = field(default_factory=list)
     failed: list[tuple[int, Under]] = field(default_factory=list)
     under: list[tuple] = field(default_factory=list)  # per site checked: what it was checked under (_fingerprint)
@@ -105,26 +104,12 @@ class DumpChecker:
 
     # ---- pinning and checking -------------------------------------------------------------------------------
 
-    def _unexplained(self, scored: Scored) -> bool:
-        """No stated hypothesis explains the run's weights: too few of the informative rows fit the best."""
-        fit = scored.informative - scored.informative_failing
-        return bool(scored.informative) and self.given.kq_scale.origin not in FIXED and \
-            fit < MIN_FIT_SHARE * scored.informative
-
     def _pin(self) -> Scored:
         views = [p.view for p in self._pending]
         scored, tried = pin(views, self.given)
         record = {"run": self._pending[0].run if self._pending else self._run, **scored.facts.to_dict(),
                   "rows": scored.rows, "rows_failing": scored.failing, "rows_informative": scored.informative,
                   "tried": list(dict.fromkeys(tried))}
-        fit = scored.informative - scored.informative_failing
-        if self._unexplained(scored):
-            record["unexplained"] = True
-            self._summary.warnings.append(
-                f"run {record['run']}: no stated hypothesis explains the printed weights ({fit} of the "
-                f"{scored.informative} rows that tell hypotheses apart fit the best: {describe(scored.facts)}); tried: "
-                f"{'; '.join(dict.fromkeys(tried))}. The run's softmax, ratio, masked and P·V checks are not "
-                "checkable; --model GGUF or --kq-scale pins the facts")
         self._summary.facts.append(record)
         got = inferred_scale(views, scored.facts) if views else None
         if got is not None:
@@ -151,11 +136,11 @@ class DumpChecker:
             if len(self._pending) < EARLY:
                 return
             scored, _ = pin([p.view for p in self._pending], self.given)
-            e = self._early = Early(scored, self._factors(), self._unexplained(scored))
+            e = self._early = Early(scored, self._factors())
         todo = self._pending[len(e.reports):]
         if len(todo) < EARLY:
             return
-        reports, failed, under = self._check(todo, e.pinned, e.factors, e.unexplained)
+        reports, failed, under = self._check(todo, e.pinned, e.factors)
         e.failed += [(len(e.reports) + i, u) for i, u in failed]
         e.reports += reports
         e.under += under
@@ -163,23 +148,21 @@ class DumpChecker:
     def _check_pending(self, pinned: Scored) -> list[SiteReport]:
         """Every pending site checked under the pinned facts: the early reports where they stand (Early), the rest
         now."""
-        unexplained = bool(self._summary.facts and self._summary.facts[-1].get("unexplained"))
         factors = self._factors()
         e, self._early = self._early, None
         done: list[SiteReport] = []
         failed: list[tuple[int, Under]] = []
-        if e is not None and e.factors == factors and e.unexplained == unexplained and \
+        if e is not None and e.factors == factors and \
                 e.under == [_fingerprint(site_facts(pinned.facts, p.view, pinned.extra))
                             for p in self._pending[:len(e.reports)]]:
             done, failed = e.reports, e.failed
-        reports, more, _ = self._check(self._pending[len(done):], pinned, factors, unexplained)
+        reports, more, _ = self._check(self._pending[len(done):], pinned, factors)
         failed += [(len(done) + i, u) for i, u in more]
         self._failed += [u for _, u in sorted(failed, key=lambda f: f[0])]
         self._pending = []
         return done + reports
 
-    def _check(self, pending: list[Pending], pinned: Scored, factors: dict, unexplained: bool
-               ) -> tuple[list[SiteReport], list[tuple[int, Under]], list[tuple]]:
+    def _check(self, pending: list[Pending], pinned: Scored, factors: dict) -> tuple[list[SiteReport], list[tuple[int, Under]], list[tuple]]:
         """Sites checked under pinned facts, stack by stack (sites of one printed shape at once): their reports, the
         views whose softmax checks failed (by index, for the hint), and what each was checked under."""
         views, facts = [], []
@@ -189,7 +172,7 @@ class DumpChecker:
         out: list[SiteReport | None] = [None] * len(views)
         failed: list[tuple[int, Under]] = []
         for idx, st in stacks(views, facts):
-            reports, bad = self._reports(st, [pending[i] for i in idx], factors, unexplained)
+            reports, bad = self._reports(st, [pending[i] for i in idx], factors)
             for k, sr in zip(idx, reports):
                 out[k] = sr
             failed += [(idx[k], u) for k, u in bad]
@@ -226,14 +209,13 @@ class DumpChecker:
                 return 1.0 / cap
         return None
 
-    def _reports(self, st: Stack, pending: list[Pending], factors: dict, unexplained: bool
-                 ) -> tuple[list[SiteReport], list[tuple[int, Under]]]:
+    def _reports(self, st: Stack, pending: list[Pending], factors: dict) -> tuple[list[SiteReport], list[tuple[int, Under]]]:
         """The SiteReports of one stack, each check computed for all its sites at once, and the sites (by index in
         the stack) whose softmax checks failed."""
         tol = self.tolerance
         P_nodes = [p.site.softmax for p in pending]
         O_nodes = [p.site.kqv or p.site.softmax for p in pending]
-        why = [self._why_not(p, v, unexplained) for p, v in zip(pending, st.views)]
+        why = [self._why_not(v) for v in st.views]
         checked = [] if all(why) else list(zip(*(
             checks.results("masked", P_nodes, st, checks.masked(st), "slot", per_head=self.per_head),
             checks.results("softmax", P_nodes, st, checks.softmax_rows(st), "slot", tol, per_head=self.per_head),
@@ -267,14 +249,12 @@ class DumpChecker:
         return out, failed
 
     @staticmethod
-    def _why_not(p: Pending, view: SiteView, unexplained: bool) -> str:
+    def _why_not(view: SiteView) -> str:
         """Why a site's softmax, ratio, masked and P·V checks cannot run ('' when they can)."""
         g = view.geometry
         if not g.positions_known:
             return (f"the windowed KV cache ({g.n_kv} slots) has held {g.n_tokens} tokens: slots are reused, so "
                     "which position each holds is not printed")
-        if unexplained:
-            return "no stated hypothesis explains this run's printed weights (see the warning)"
         return ""
 
     def _hint(self) -> str:

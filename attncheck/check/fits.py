@@ -4,6 +4,7 @@ its whole rows. Each fit is then scored like any hypothesis (scoring.py): a fit 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,13 +25,77 @@ def inferred_scale(views: list[SiteView], facts: AttentionFacts) -> tuple[float,
     return (num / den, rows) if den > 0 else None
 
 
+class FittedScale(NamedTuple):
+    """The SOFT_MAX scale every printed row's weight ratios agree on, per D_h: the middle of the interval common to
+    all of them, its half-width (which widens every bound under it), and the rows it rests on."""
+
+    scale: dict[int, float]  # D_h → scale
+    err: float  # the largest half-width over the D_h groups
+    rows: int
+
+
+def fit_scale(views: list[SiteView], facts: AttentionFacts) -> FittedScale | None:
+    """One scale per D_h for the whole run, from ln(p_j/p_k) = scale·(s_j − s_k) between printed visible slots of a
+    row (k the row's largest printed weight): each pair, with the print precision of both weights and both scores,
+    gives an interval of scales; the fit is the interval common to every pair of every row of the run's sites of that
+    D_h. None when no pair tells a scale, or when the intervals of one D_h have nothing in common: then no single
+    scale explains the rows, and a fit must not explain a wrong value away (never one scale per layer)."""
+    lo: dict[int, float] = {}
+    hi: dict[int, float] = {}
+    rows: dict[int, int] = {}
+    for _, st in stacks(views, [site_facts(facts, v) for v in views]):
+        got = _scale_intervals(st)
+        if got is None:
+            continue
+        a, b, n = got
+        D_h = st.views[0].site.D_h
+        lo[D_h], hi[D_h] = max(lo.get(D_h, -math.inf), a), min(hi.get(D_h, math.inf), b)
+        rows[D_h] = rows.get(D_h, 0) + n
+    if not rows or any(not (0 < lo[d] <= hi[d] < math.inf) for d in rows):
+        return None
+    return FittedScale({d: (lo[d] + hi[d]) / 2 for d in rows}, max((hi[d] - lo[d]) / 2 for d in rows),
+                       sum(rows.values()))
+
+
+def _scale_intervals(st) -> tuple[float, float, int] | None:
+    """The interval of scales common to every usable pair of a stack's rows, and how many rows gave a pair."""
+    if st.S is None:
+        return None
+    P, S = st.P, st.S  # [s, h, t, j]
+    vis = np.broadcast_to(st.visible[:, None], P.shape)
+    k = np.where(vis, P, -1.0).argmax(axis=-1)[..., None]  # the row's largest printed visible weight
+    p_k, s_k = np.take_along_axis(P, k, -1), np.take_along_axis(S, k, -1)
+    e = precision.PRINT
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        D = S - s_k
+        d_lo, d_hi = D - 2 * e, D + 2 * e  # both scores printed within e
+        use = vis & (np.arange(P.shape[-1]) != k) & (P > e) & (p_k > e) & np.isfinite(D) & ((d_lo > 0) | (d_hi < 0))
+        if st.bias is not None:
+            use &= np.isfinite(st.bias)
+        if not use.any():
+            return None
+        b = 0.0 if st.bias is None else (st.bias - np.take_along_axis(st.bias, k, -1))
+        l_lo = np.log((P - e) / (p_k + e)) - b
+        l_hi = np.log((P + e) / np.maximum(p_k - e, 1e-300)) - b
+        # f32: SOFT_MAX rounds x = s·scale and exp's result; a few units of 2^-24 of |x|, at the pair's own scale
+        slack = 4 * precision.F32 * (2 + (np.abs(S) + np.abs(s_k)) * np.maximum(1.0, np.abs(l_hi / D)))
+        l_lo, l_hi = l_lo - slack, l_hi + slack
+        corners = np.stack([l_lo / d_lo, l_lo / d_hi, l_hi / d_lo, l_hi / d_hi])
+    c = corners[:, use]
+    return float(c.min(axis=0).max()), float(c.max(axis=0).min()), int(use.any(axis=-1).sum())
+
+
 def round_scale(s: float, rel: float = 2e-4) -> float | None:
-    """s as a round value llama.cpp uses (1/sqrt(n) for an integer n, 2^-k), when within rel of one."""
+    """s as a round value llama.cpp uses (1/sqrt(n) for an integer n, 2^-k), when within rel of one. Neighbouring
+    1/sqrt(n) lie 1/(2n) apart (relative): past n ~ 1/(4·rel) nearly every scale is near one, so 1/sqrt(n) is taken
+    only within a quarter of that spacing (a scale that is no round value is the fitted one, fits.fit_scale)."""
     if not s > 0:
         return None
-    for cand in (1.0 / math.sqrt(round(1.0 / (s * s))) if s < 1 else None, 2.0 ** round(math.log2(s))):
-        if cand and abs(cand / s - 1) < rel:
-            return float(np.float32(cand))
+    n = round(1.0 / (s * s)) if s < 1 else 0
+    cands = ((1.0 / math.sqrt(n), min(rel, 1 / (4 * n))) if n else None, (2.0 ** round(math.log2(s)), rel))
+    for cand in cands:
+        if cand and abs(cand[0] / s - 1) < cand[1]:
+            return float(np.float32(cand[0]))
     return None
 
 
@@ -125,6 +190,8 @@ def fit_window(views: list[SiteView], best: Scored) -> Fact | None:
         rng = (2 * max(lo, 0), 2 * (best_cut - 1) + 1)
         n = rng[0]
     rows = int(sum(len(M) for L, (_, M) in dist.items() if L in layers))
+    if rows < 2:  # one printed zero (one wrong weight) is not a window
+        return None
     detail = f"n_swa in [{rng[0]}, {rng[1]}] fits alike: {rows} printed zeros where the slot would have weight"
     return Fact(Window(n, kind, layers, rng), INFERRED, detail)
 
@@ -172,6 +239,11 @@ def fit_sinks(views: list[SiteView], best: Scored) -> tuple[AttentionFacts, Extr
         lo, hi, n = consensus(iv)
         if n < 2:
             continue  # one whole row cannot test the logit it gives
+        # a sink rests on the rows that need one (weights summing below 1 beyond print precision), not on those
+        # that merely allow one: a single row that needs it (one wrong weight) must not be explained by it
+        needing = sum(1 for a, b in iv if a > -math.inf and a <= hi and b >= lo)
+        if lo > -math.inf and needing < 2:
+            continue
         agreed += n
         if lo == -math.inf:  # no sink visible in this head: its weights sum to 1 within print precision
             sinks[L][h], errs[L][h] = -math.inf, 0.0

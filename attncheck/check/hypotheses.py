@@ -23,9 +23,9 @@ import math
 import numpy as np
 
 from ..arch.facts import DEFAULT, INFERRED, STRUCTURE, AttentionFacts, Fact
-from .fits import alibi_candidates, fit_sinks, fit_window, inferred_scale, round_scale
+from .fits import FittedScale, alibi_candidates, fit_scale, fit_sinks, fit_window, inferred_scale, round_scale
 from .heads import SiteView
-from .scoring import FIXED, Extra, Scored, score
+from .scoring import FIXED, Extra, Scored, default_scale, score
 
 def pin(views: list[SiteView], given: AttentionFacts) -> tuple[Scored, list[str]]:
     """The hypothesis pinned for a run's views, and what was tried (for the report).
@@ -48,10 +48,15 @@ def pin(views: list[SiteView], given: AttentionFacts) -> tuple[Scored, list[str]
             bases.append(score(views, facts, extra))
             seen.append(bases[-1])
     bases.sort(key=lambda s: s.failing)  # stable: on ties the earlier (simpler) hypothesis stays first
-    best = bases[0]
-    for base in bases[:REFINED]:
+    stated = [b for b in bases if not fitted(b.facts)]
+    best = stated[0]
+    for base in stated[:REFINED]:
         refined = _refine(views, base, given, tried, seen)
         if refined.failing < best.failing:
+            best = refined
+    for base in (b for b in bases if fitted(b.facts)):  # a fitted scale stands only if it explains every row
+        refined = _refine(views, base, given, tried, seen)
+        if refined.failing == 0 < best.failing:
             best = refined
     informative = [np.logical_or.reduce([s.per_view[i] for s in seen]) for i in range(len(views))]
     best.informative = int(sum(m.sum() for m in informative))
@@ -60,6 +65,12 @@ def pin(views: list[SiteView], given: AttentionFacts) -> tuple[Scored, list[str]
 
 
 REFINED = 3  # bases refined by a fitted window and sinks
+FITTED = "fitted"  # how a fitted scale's detail begins
+
+
+def fitted(facts: AttentionFacts) -> bool:
+    """The scale is fitted to the rows (not a stated value): it may stand only where it explains every row."""
+    return facts.kq_scale.detail.startswith(FITTED)
 
 
 def _bases(views: list[SiteView], given: AttentionFacts):
@@ -68,8 +79,8 @@ def _bases(views: list[SiteView], given: AttentionFacts):
     yield from first
     if given.alibi_max_bias.origin in FIXED:
         return
-    for facts, extra in first:  # ALiBi moves the scale the data give: try it with each
-        if not facts.causal.value:
+    for facts, extra in first:  # ALiBi moves the scale the data give: try it with each stated one
+        if not facts.causal.value or extra.scale_err:  # a fitted scale was fitted without ALiBi's bias
             continue
         for mb in alibi_candidates(views, facts):
             yield facts.with_(alibi_max_bias=Fact(mb, INFERRED, "slopes from ggml's ALiBi formula")), extra
@@ -106,9 +117,18 @@ def _better(views, best: Scored, candidate: tuple[AttentionFacts, Extra], tried:
     return full if full.failing < best.failing else best
 
 
+def scale_words(s) -> str:
+    """A kq_scale fact's value in words: 1/sqrt(D_h), one number, or one per D_h."""
+    if s is None:
+        return "1/sqrt(D_h)"
+    if isinstance(s, dict):
+        return ", ".join(f"{v:.6g} (D_h {d})" for d, v in s.items())
+    return f"{s:.6g}"
+
+
 def describe(f: AttentionFacts) -> str:
     s = f.kq_scale.value
-    parts = ["kq_scale " + ("1/sqrt(D_h)" if s is None else f"{s:.6g}"), "causal" if f.causal.value else "non-causal"]
+    parts = [f"kq_scale {scale_words(s)}", "causal" if f.causal.value else "non-causal"]
     if f.alibi_max_bias.value:
         parts.append(f"ALiBi max_bias {f.alibi_max_bias.value:g}")
     if f.window.value is not None:
@@ -122,7 +142,8 @@ def describe(f: AttentionFacts) -> str:
 # ---- step 1: scale and causality -------------------------------------------------------------------------------
 
 def _scale_and_causality(views: list[SiteView], given: AttentionFacts):
-    """Candidates for step 1, in order: each scale, causal first."""
+    """Candidates for step 1, in order: each stated scale, causal first; then, under each causality, the one scale per
+    D_h that every row's weight ratios agree on (fits.fit_scale), with its uncertainty."""
     scales: list[Fact] = []
     if given.kq_scale.origin in FIXED:
         scales = [given.kq_scale]
@@ -132,17 +153,45 @@ def _scale_and_causality(views: list[SiteView], given: AttentionFacts):
             Fact(1.0, INFERRED, "SOFT_MAX applies no scale")
         default = Fact(None, DEFAULT, "1/sqrt(D_h)")
         scales = [one, default] if pre is not None else [default, one]
-        got = inferred_scale(views, given.with_(kq_scale=default))
-        if got is not None:
-            s, rows = got
-            r = round_scale(s)
-            if r is not None:
-                scales.append(Fact(r, INFERRED, f"the data give {s:.6g} from {rows} rows, {_round_name(r)}"))
+        by_layer: dict[int, list[SiteView]] = {}
+        for v in views:
+            by_layer.setdefault(v.site.layer, []).append(v)
+        # the run's own estimate, then each layer's: a layer whose scale is wrong must not hide the round value the
+        # others give (the value is still one for the whole run: the wrong layer's rows then fail under it)
+        for group in [views, *by_layer.values()]:
+            got = inferred_scale(group, given.with_(kq_scale=default))
+            r = round_scale(got[0]) if got is not None else None
+            if r is not None and r not in [f.value for f in scales]:
+                scales.append(Fact(r, INFERRED, f"the data give {got[0]:.6g} from {got[1]} rows, {_round_name(r)}"))
     causal = [given.causal] if given.causal.origin in FIXED else [Fact(True, DEFAULT), Fact(False, INFERRED,
                                                                                             "encoder: every token visible")]
     for sc in scales:
         for c in causal:
             yield given.with_(kq_scale=sc, causal=c), Extra()
+    if given.kq_scale.origin in FIXED:
+        return
+    for c in causal:
+        fit = fit_scale(views, given.with_(kq_scale=Fact(None, DEFAULT), causal=c))
+        if fit is not None and not _holds_stated(fit, views, scales):
+            yield given.with_(kq_scale=fitted_fact(fit), causal=c), Extra(scale_err=fit.err)
+
+
+def _holds_stated(fit: FittedScale, views: list[SiteView], scales: list[Fact]) -> bool:
+    """A stated scale lies within the fit's interval for every D_h: the fit then tells nothing it does not, and only
+    loosens the bounds (by its uncertainty) where a wrong value could hide; the stated value, exact, is tried."""
+    D_hs = {v.site.D_h for v in views}
+    for sc in scales:
+        value = {d: default_scale(d) for d in D_hs} if sc.value is None else {d: sc.value for d in D_hs}
+        if all(abs(value[d] - s) <= fit.err for d, s in fit.scale.items() if d in value):
+            return True
+    return False
+
+
+def fitted_fact(fit: FittedScale) -> Fact:
+    """A fitted scale as a fact: one value when the run has one D_h (else one per D_h), named with its rows."""
+    value = next(iter(fit.scale.values())) if len(fit.scale) == 1 else dict(sorted(fit.scale.items()))
+    return Fact(value, INFERRED, f"{FITTED}: the one scale every row's weight ratios agree on, within ±{fit.err:.2g} "
+                                 f"({fit.rows} rows)")
 
 
 def _round_name(r: float) -> str:

@@ -8,6 +8,7 @@ from rich.table import Table
 from ..arch.vocab import shown
 from ..results import SiteReport, describe
 from .columns import NEVER, Col, dropped, extent, fit
+from .hypotheses import scale_words
 from .report import EXIT_FAIL, EXIT_PASS, Report
 
 CHECK_TITLES = {
@@ -208,7 +209,7 @@ def _says(name: str, v) -> bool:
 
 def _fact_value(name: str, v) -> str:
     if name == "kq_scale":
-        return f"kq_scale {v:.6g}" if v is not None else "kq_scale 1/sqrt(D_h)"
+        return f"kq_scale {scale_words(v)}"
     if name == "causal":
         return "causal" if v else "non-causal (every token visible)"
     if name == "alibi_max_bias":
@@ -229,13 +230,13 @@ def facts_lines(report: Report) -> list[str]:
                  if rec.get(n, {}).get("origin") in ("option", "model", "log") and _says(n, rec[n]["value"])]
         if given:
             lines.append(f"run {rec['run']}: given: " + "; ".join(given))
-        if rec.get("unexplained"):
-            lines.append(f"run {rec['run']}: no stated hypothesis explains the printed weights: its softmax, ratio, "
-                         "masked and P·V checks were not run (see the warning)")
+        if rec.get("rows_failing"):
+            lines.append(f"run {rec['run']}: no hypothesis tried explains every printed row: checked under the one "
+                         f"that explains most, whose {rec['rows_failing']} failing rows of {rec['rows']} are failures; "
+                         f"tried: {'; '.join(rec['tried'])}")
         elif rec.get("rows"):
-            lines.append(f"run {rec['run']}: {rec['rows'] - rec['rows_failing']} of {rec['rows']} printed rows fit "
-                         f"the facts used" + (f"; {len(rec['tried'])} hypotheses tried" if len(rec["tried"]) > 1
-                                               else ""))
+            lines.append(f"run {rec['run']}: {rec['rows']} of {rec['rows']} printed rows fit the facts used"
+                         + (f"; {len(rec['tried'])} hypotheses tried" if len(rec["tried"]) > 1 else ""))
     other = [f"layer {k}: {v}, no softmax attention: nothing to check" for k, v in report.layer_kinds.items()
              if v.startswith("recurrent")]
     lines += other
@@ -291,7 +292,7 @@ def coverage_lines(report: Report) -> list[str]:
         lines.append(f"not checkable from a dump alone: kq itself (k·q needs all D_h = {s0.D_h} components of q and "
                      "k; llama.cpp prints 6); --model GGUF checks it for architectures with a reference forward pass")
     unprinted = t["softmax_rows_printed"] - t["softmax_rows_checked"]
-    if unprinted and not any(r.get("unexplained") for r in report.facts):
+    if unprinted:
         lines.append(f"{unprinted} printed softmax rows have visible slots that were not printed: checked by weight "
                      f"ratios only; their {t['kqv_elements_unchecked']} kqv elements are not checkable"
                      + (" from the dump alone (--model checked them)" if model_checked(report) else ""))

@@ -12,7 +12,6 @@ from . import checks
 from .heads import SiteView, Stack, stacks
 from .mask import SiteFacts
 
-MIN_FIT_SHARE = 0.5  # a hypothesis fitting fewer of the informative rows explains nothing: they are not checkable
 FIXED = ("option", "model", "log")
 
 
@@ -25,6 +24,8 @@ def site_facts(facts: AttentionFacts, view: SiteView, extra: "Extra | None" = No
     """The run's facts resolved for one site (its layer, D_h, H)."""
     site = view.site
     s = facts.kq_scale.value
+    if isinstance(s, dict):  # fitted per D_h (hypotheses.fitted_fact)
+        s = s.get(site.D_h)
     scale = default_scale(site.D_h) if s is None else s
     mb = facts.alibi_max_bias.value
     sinks = facts.sinks_for(site.layer)

@@ -16,8 +16,8 @@ llama:
 
 # attncheck on llama.cpp's own bugs: each patch of tests/llama_mutants/ rebuilt into llama-eval-callback from the build
 # folder `make llama` keeps (only the objects it touches), its dumps checked in four modes against the same objects
-# rebuilt without it; prints the table, writes build/llama-mutants.jsonl (scripts/README.md; about 25 minutes the
-# first time on 2 cores, a few once builds and dumps are cached; LLAMA_MUTANTS_ARGS="--bugs NAME,..." for some)
+# rebuilt without it; prints the table, writes build/llama-mutants.jsonl (scripts/README.md; 35 minutes the first
+# time on 2 cores, 21 once builds and dumps are cached: attncheck's own runs; LLAMA_MUTANTS_ARGS="--bugs A,B" for some)
 llama-mutants:
 	scripts/build_llama.sh >/dev/null
 	$(PYTHON) scripts/llama_mutants.py $(LLAMA_MUTANTS_ARGS)

@@ -5,8 +5,8 @@ llama.cpp that scripts/build_llama.sh built, and attncheck is run on the dumps i
     python3 scripts/llama_mutants.py [--bugs NAME,...] [--repo DIR] [--out FILE] [--list]
 
 For each patch (scripts/llama_rebuild.py: only the objects it touches recompiled) and each dump its header names
-(DUMPS below: a model, a prompt, flags), the mutant's dump and the control's (the same objects recompiled without
-a patch) are made once and cached (scripts/llama_dumps.py), then attncheck runs
+(DUMPS below: a model, a prompt, flags), the mutant's dump and the control's (the objects of every patch
+recompiled without any) are made once and cached (scripts/llama_dumps.py), then attncheck runs
 
     check MUT            check MUT --model GGUF
     diff CLEAN MUT       diff CLEAN MUT --model GGUF
@@ -165,6 +165,7 @@ class Harness:
         self._models: dict[str, Path] = {}
 
     def model(self, key: str) -> Path:
+        """The GGUF of a DumpSpec's model: fetched (fetch_models.py) or made (make_arch_models.py) once."""
         if key not in self._models:
             if key.startswith("arch/"):
                 name = key[5:]
@@ -180,6 +181,7 @@ class Harness:
         return self._models[key]
 
     def dump(self, binary: Path, spec_name: str, label: str) -> llama_dumps.Dump:
+        """The binary's dump of DUMPS[spec_name], from the cache when made before; a cut one is said so."""
         spec = DUMPS[spec_name]
         made = llama_dumps.make_dump(binary, self.model(spec.model), spec.prompt, list(spec.flags),
                                      self.dumps_dir, f"{spec_name}-{label}")
@@ -320,7 +322,8 @@ def main(argv: list[str]) -> int:
     h = Harness(repo, log=log)
     try:
         h.build.check()
-        patches = [b.path.read_bytes() for b in chosen]
+        # the control recompiles the objects of every patch, so that any --bugs subset shares one control binary
+        patches = [b.path.read_bytes() for b in bugs()]
         clean_bin = h.build.binary(patches[0], clean=True, also=patches[1:])
         rows: list[dict] = []
         with open(out, "w") as f:

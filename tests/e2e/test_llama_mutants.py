@@ -1,12 +1,13 @@
-"""Real llama.cpp bugs, in CI: three patches of tests/llama_mutants/ (the cheapest to rebuild: one small object
-each) built into llama-eval-callback by scripts/llama_rebuild.py, their dumps made by scripts/llama_dumps.py, and
-attncheck run on them as `make llama-mutants` runs it (scripts/llama_mutants.py). Each bug is caught (exit 1) by the
-mode named for it; the control, the same objects recompiled without a patch, passes every mode (exit 0).
+"""Real llama.cpp bugs, in CI: three patches of tests/llama_mutants/ (cheap to rebuild: one object each, 7-22 s)
+built into llama-eval-callback by scripts/llama_rebuild.py, their dumps made by scripts/llama_dumps.py, and attncheck
+run on them as `make llama-mutants` runs it (scripts/llama_mutants.py). Each bug is caught (exit 1) by the mode
+named for it; the control, the three patches' objects recompiled without them, passes (exit 0) those modes on
+those dumps.
 
 - softmax-exp-f16 (ggml-cpu/vec.cpp): softmax's exp rounded through f16; dump-only `check` recomputes the
   weights from the printed scores.
-- rope-base-local (models/gemma3.cpp): the windowed layers rotated with the global RoPE base; before the scores, so
-  only `check --model` (the reference forward pass) can see it.
+- rope-base-local (models/gemma3.cpp): the windowed layers rotated with the global RoPE base; before the scores,
+  where dump-only `check` cannot see, `check --model` (the reference forward pass) does.
 - softcap-dropped (models/gemma2.cpp): gemma2's attention soft-cap never applied; `diff` of the control's dump and
   the mutant's, whose graphs and scores differ.
 

@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test bench mutate llama browser e2e clean
+.PHONY: install test bench mutate llama llama-mutants browser e2e clean
 
 install:
 	$(PYTHON) -m pip install -e '.[test]'
@@ -13,6 +13,14 @@ test:
 llama:
 	scripts/build_llama.sh
 	scripts/build_llama.sh 0.2.90
+
+# attncheck on llama.cpp's own bugs: each patch of tests/llama_mutants/ rebuilt into llama-eval-callback from the build
+# folder `make llama` keeps (only the objects it touches), its dumps checked in four modes against the same objects
+# rebuilt without it; prints the table, writes build/llama-mutants.jsonl (scripts/README.md; 35 minutes the first
+# time on 2 cores, 21 once builds and dumps are cached: attncheck's own runs; LLAMA_MUTANTS_ARGS="--bugs A,B" for some)
+llama-mutants:
+	scripts/build_llama.sh >/dev/null
+	$(PYTHON) scripts/llama_mutants.py $(LLAMA_MUTANTS_ARGS)
 
 # the HTML page's browser test: Debian's Chromium and its driver (installed as root when missing), and selenium to
 # drive them from Python (a test-only dependency: attncheck itself never imports it)

@@ -48,7 +48,7 @@ def _side_case(suite: ET.Element, side) -> None:
         add_case(suite, "attncheck.diff", name)
         if code != EXIT_PASS:
             out = ET.SubElement(suite.findall("testcase")[-1], "system-out")
-            out.text = "\n".join([f"the baseline {side.state()}", *side.failures(None)])
+            out.text = "\n".join([side.as_baseline(), *side.failures(None)])
     elif code == EXIT_FAIL:
         lines = side.failures(None)
         add_case(suite, "attncheck.diff", name, "failure", lines[0], "\n".join(lines))

@@ -172,7 +172,8 @@ def _drift(rep: DiffReport, t: dict) -> str:
     if rep.diverged:
         first = rep.first_divergent
         beyond = "beyond the drift of correct builds" if rep.model is not None else "beyond the tolerance"
-        return f"{t['diverged']} nodes {beyond}, first {where(first)} '{first.new.name}'"
+        n = t["diverged"]
+        return f"{n} node{'s' * (n != 1)} {beyond}, first {where(first)} '{first.new.name}'"
     if not rep.compared:
         return "no printed element compared"
     return ("every node within the drift of correct builds" if rep.model is not None
@@ -192,11 +193,7 @@ def _checks(rep: DiffReport) -> str:
 def _baseline(rep: DiffReport) -> str:
     """What check says of OLD when it does not pass: said, and failing nothing by itself."""
     old = rep.old_side
-    if old is None or old.exit_code == EXIT_PASS:
-        return ""
-    if old.failed:
-        return f"; the baseline already {old.state()}"
-    return f"; the baseline {old.state()}"
+    return "" if old is None or old.exit_code == EXIT_PASS else f"; {old.as_baseline()}"
 
 
 def render_diff(rep: DiffReport, console: Console, *, quiet: bool = False, verbose: bool = False) -> None:

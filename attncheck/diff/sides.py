@@ -67,6 +67,10 @@ class Side:
                     "failed")
         return f"passes {self.command} ({self.covered()})"
 
+    def as_baseline(self) -> str:
+        """What check says of OLD when it does not pass: said, and failing nothing by itself."""
+        return f"the baseline {'already ' if self.failed else ''}{self.state()}"
+
     def to_dict(self) -> dict:
         """The side's check: its verdict, exit code, totals and every failing element the report kept."""
         rep = self.report

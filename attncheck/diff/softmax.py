@@ -32,6 +32,7 @@ from .nodes import NodeDiff, Tolerance
 SCORE_ROLES = ("kq", "kq_scores")  # what a SOFT_MAX may read: kq itself, or the scores after the steps after it
 NO_SCORES = ("no scores node printed in both dumps (flash attention, or a graph that prints none): each weight "
              "allowed 1.5× its own size, as drift.py's SOFTMAX_FACTOR")
+DERIVED = "allowance derived from the drift of"
 NO_SCALE = "no kq_scale for this site (neither side's check reports it): each weight allowed 1.5× its own size"
 
 
@@ -97,5 +98,5 @@ def settle(nodes: list[NodeDiff], scales: dict[tuple[int, int], tuple[float, str
         scale, origin = got
         allowed, size = allowance(pd, scale)
         measure(nd, pd.aligned, tol, allowance=(allowed, size))
-        nd.note = (f"allowance derived from the drift of '{pd.scores}' through the softmax (kq_scale {scale:.6g}, "
+        nd.note = (f"{DERIVED} '{pd.scores}' through the softmax (kq_scale {scale:.6g}, "
                    f"pinned by {origin})")

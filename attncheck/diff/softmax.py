@@ -12,8 +12,9 @@ p is OLD's weight (a weight moved in NEW does not widen its own allowance), at m
 slot whose score is printed in both dumps is measured: |s_new − s_old| + 2·PRINT (each print within PRINT of the f32
 value SOFT_MAX read). For slots not printed in both (the middle of a long row, a 2024 dump's 32-slot view), |Δs| is
 the scores node's drift allowance, what a correct build may move them by, and their weight is at most
-1 − Σ_printed (p_k − PRINT). Without a scores node printed in both dumps (flash attention, an older graph) the
-weight keeps the allowance of drift.py (SOFTMAX_FACTOR times its own size), and the node's note says so.
+1 − Σ_printed (p_k − PRINT). Where the scores SOFT_MAX reads are not printed in both dumps (a graph that prints
+none; flash attention prints no weights at all) the weight keeps the allowance of drift.py (SOFTMAX_FACTOR times
+its own size), and the node's note says so.
 
 The site's kq_scale is known once each side's check has pinned it, after the node diff: until then the node keeps
 its rows here (Pending) and the drift.py allowance; settle() gives it the derived one.
@@ -26,14 +27,16 @@ import numpy as np
 
 from ..precision import PRINT
 from .align import Aligned, key_view
+from .drift import SOFTMAX_FACTOR
 from .measure import measure
 from .nodes import NodeDiff, Tolerance
 
 SCORE_ROLES = ("kq", "kq_scores")  # what a SOFT_MAX may read: kq itself, or the scores after the steps after it
-NO_SCORES = ("no scores node printed in both dumps (flash attention, or a graph that prints none): each weight "
-             "allowed 1.5× its own size, as drift.py's SOFTMAX_FACTOR")
+NO_SCORES = ("the scores SOFT_MAX reads are not printed in both dumps (or not matched): each weight allowed "
+             f"{SOFTMAX_FACTOR:g}× its own size (drift.py)")
 DERIVED = "allowance derived from the drift of"
-NO_SCALE = "no kq_scale for this site (neither side's check reports it): each weight allowed 1.5× its own size"
+NO_SCALE = (f"no kq_scale for this site (neither side's check reports it): each weight allowed {SOFTMAX_FACTOR:g}× "
+            "its own size (drift.py)")
 
 
 @dataclass

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 import attncheck
 from attncheck.diff.compare import diff
-from attncheck.diff.drift import SOFTMAX_FACTOR
 from attncheck.diff.softmax import DERIVED
 from conftest import DUMPS, FIXTURES, attncheck as run
 from dumpedit import DumpEdit, printed
@@ -74,7 +73,7 @@ def test_the_softmax_allowance_alone_catches_the_moved_pair(smollm2_dumps, moved
     [bad] = [n for n in rep.diverged]
     assert (bad.role.layer, bad.new.name, bad.worst["head"], bad.worst["query"]) == (10, "kq_soft_max-10", 1, 1)
     assert bad.note.startswith(DERIVED) and "kq_scale 0.125" in bad.note and "OLD's check" in bad.note
-    assert bad.allowed < 0.1 < SOFTMAX_FACTOR * 0.5  # a fraction of the weight, against drift.py's 0.9 there
+    assert bad.allowed < 0.1 < 0.9 < rep.model.rho(bad.roundings, "kq_soft_max")  # of the weight, here and before
     clean = diff(old, new)
     soft = [n for n in clean.compared if n.role.name == "kq_soft_max"]
     assert len(soft) == 30 and all(n.note.startswith(DERIVED) and not n.diverged for n in soft)

@@ -48,6 +48,21 @@ def attncheck(*args: str, stdin: bytes | None = None, env: dict[str, str] | None
     return Run(subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()))
 
 
+@pytest.fixture(scope="session")
+def smollm2_dumps(tmp_path_factory) -> tuple[Path, Path]:
+    """The real SmolLM2 Q4_1 pair of fixtures/drift/ ("How are", 30 layers; llama.cpp of August 2024, OLD, and
+    today's, NEW), unpacked."""
+    import lzma
+
+    out = tmp_path_factory.mktemp("smollm2")
+    paths = []
+    for side in ("old", "new"):
+        p = out / f"how-are.{side}.txt"
+        p.write_bytes(lzma.decompress((FIXTURES / "drift" / f"smollm2-how-are.{side}.txt.xz").read_bytes()))
+        paths.append(p)
+    return paths[0], paths[1]
+
+
 @pytest.fixture
 def fixture_path():
     return lambda name: FIXTURES / name

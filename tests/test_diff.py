@@ -100,12 +100,15 @@ def test_every_kind_of_dump_equals_itself_and_not_a_moved_copy(name, nodes, slac
 
 
 def test_same_dump_exit_0():
+    """Two identical files: PASS, identical, with and without --exact; check passes on both."""
     r = run("diff", FIXTURES / "gpt2-how-are.txt", FIXTURES / "gpt2-how-are.txt")
     assert r.code == 0, r.out + r.err
-    assert "DRIFT diff" in r.out and "every printed element is the same" in r.out
-    r = run("diff", FIXTURES / "gpt2-how-are.txt", FIXTURES / "gpt2-how-are.txt", "--exact")
-    assert r.code == 0, r.out + r.err
-    assert re.search(r"^PASS diff .*: \d+ nodes \(\d+ printed elements\) agree", r.out, re.M), r.out[-500:]
+    assert re.search(r"^PASS diff .*: identical: every printed element of \d+ nodes \(\d+ printed elements\) is "
+                     r"the same in \d+ evaluation×layer tests; check passes on both \(NEW: 2 sites, 24 softmax rows",
+                     r.out, re.M), r.out[-500:]
+    doc = run("diff", FIXTURES / "gpt2-how-are.txt", FIXTURES / "gpt2-how-are.txt", "--exact", "--json", "-").json()
+    assert (doc["verdict"], doc["outcome"], doc["regression"]) == ("pass", "identical", None)
+    assert doc["check"]["new"]["verdict"] == doc["check"]["old"]["verdict"] == "pass"
 
 
 def test_one_softmax_value_moved(tmp_path):
@@ -123,7 +126,7 @@ def test_one_softmax_value_moved(tmp_path):
     text = run("diff", FIXTURES / "gpt2-how-are.txt", bad)
     assert "eval 0 layer 0 kq_soft_max 'kq_soft_max-0'" in text.out
     assert "head 0, query 1 (position 1), slot 1" in text.out
-    assert "REGRESSION diff" in text.out
+    assert "FAIL diff" in text.out and ": regression: NEW fails check: eval 0 layer 0 head 0, query 1, slot 1" in text.out
 
 
 def test_prefix_prompt():
@@ -281,10 +284,13 @@ def test_diff_junit_counts(tmp_path):
     failed, tests = _verdict_counts(r.out, "evaluation×layer tests")
     root = ET.parse(xml).getroot()
     assert root.tag == "testsuites"
-    assert (int(root.get("tests")), int(root.get("failures"))) == (tests, failed) == (3, 2)
+    # the evaluation×layer tests of the node diff, then each side's check (both pass: f16 and f32 caches are correct)
+    assert (int(root.get("tests")), int(root.get("failures"))) == (tests + 2, failed) == (5, 2)
     cases = root.findall("testsuite/testcase")
-    assert [c.get("name") for c in cases] == ["eval 0 input", "eval 0 layer 0", "eval 0 layer 1"]
+    assert [c.get("name") for c in cases] == ["eval 0 input", "eval 0 layer 0", "eval 0 layer 1", "check OLD",
+                                              "check NEW"]
     assert "k_store" in cases[1].find("failure").get("message")
+    assert cases[3].find("failure") is None and cases[4].find("failure") is None
 
 
 def test_diff_junit_error(tmp_path):

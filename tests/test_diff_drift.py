@@ -26,18 +26,6 @@ OLD_LONG, NEW_LONG = DRIFT / "old-llama-gqa-long.txt", FIXTURES / "llama-gqa-lon
 PHI3_OLD, PHI3_NEW = DRIFT / "phi3-cat.old.txt", DRIFT / "phi3-cat.new.txt"
 
 
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    """The real SmolLM2 Q4_1 pair ("How are", 30 layers), unpacked."""
-    out = tmp_path_factory.mktemp("smollm2")
-    paths = []
-    for side in ("old", "new"):
-        p = out / f"how-are.{side}.txt"
-        p.write_bytes(lzma.decompress((DRIFT / f"smollm2-how-are.{side}.txt.xz").read_bytes()))
-        paths.append(p)
-    return paths
-
-
 def _values(edit: DumpEdit, name: str, occurrence: int = 0) -> list[float]:
     """Every printed value of a node, read by the test's own parser."""
     n0, n1, n2, _ = edit.node(name, occurrence).ne
@@ -50,19 +38,19 @@ def _occurrence(edit: DumpEdit, name: str, op: str) -> int:
 
 
 @pytest.mark.parametrize("pair", ["smollm2", "llama", "llama-long"])
-def test_real_builds_drift_and_print_precision_does_not_hold(pair, smollm2):
+def test_real_builds_drift_and_print_precision_does_not_hold(pair, smollm2_dumps):
     """Two correct builds: drift (exit 0), though they differ beyond print precision (--exact: exit 1)."""
-    old, new = {"smollm2": smollm2, "llama": (OLD_LLAMA, NEW_LLAMA), "llama-long": (OLD_LONG, NEW_LONG)}[pair]
+    old, new = {"smollm2": smollm2_dumps, "llama": (OLD_LLAMA, NEW_LLAMA), "llama-long": (OLD_LONG, NEW_LONG)}[pair]
     rep = diff(old, new)
     assert rep.exit_code == 0 and not rep.diverged and rep.compared, [n.new.name for n in rep.diverged][:5]
     assert max(n.max_abs for n in rep.compared) > 2e-4  # they do differ, by more than two prints
     assert diff(old, new, tolerance=EXACT).exit_code == 1
     r = run("diff", old, new)
-    assert r.code == 0 and "DRIFT diff" in r.out, r.out[-2000:] + r.err
+    assert r.code == 0 and "PASS diff" in r.out and ": drift within correct builds: " in r.out, r.out[-2000:] + r.err
 
 
-def test_smollm2_reports_the_largest_drift_per_layer(smollm2):
-    doc = run("diff", *smollm2, "--json", "-").json()
+def test_smollm2_reports_the_largest_drift_per_layer(smollm2_dumps):
+    doc = run("diff", *smollm2_dumps, "--json", "-").json()
     assert doc["schema"] == 1 and doc["kind"] == "diff" and doc["verdict"] == "pass"
     assert doc["tolerance"]["mode"] == "drift"
     model = doc["tolerance"]["drift_model"]
@@ -77,8 +65,8 @@ def test_smollm2_reports_the_largest_drift_per_layer(smollm2):
     assert layers["layer 20"]["largest_drift"]["drift"] > 10 * layers["layer 0"]["largest_drift"]["drift"]
 
 
-def test_kqv_of_layer_0_moved_by_0_01_is_a_regression(smollm2, tmp_path):
-    old, new = smollm2
+def test_kqv_of_layer_0_moved_by_0_01_is_a_regression(smollm2_dumps, tmp_path):
+    old, new = smollm2_dumps
     edit = DumpEdit(new, tmp_path / "moved.txt")
     head, query, dim = 7, 1, 2  # kqv-0 {64, 2, 9, 1}: (i2, i1, i0) = (head, query, dim); heads 3..5 are not printed
     edit.add("kqv-0", (head, query, dim), 0.01)
@@ -90,25 +78,32 @@ def test_kqv_of_layer_0_moved_by_0_01_is_a_regression(smollm2, tmp_path):
     assert first["worst"]["at"] == {"head": head, "query": query, "dim": dim} and first["position"] == query
     assert doc["totals"]["diverged"] == 1
     text = run("diff", old, edit.path)
-    assert "REGRESSION diff" in text.out and "layer 0 kqv 'kqv-0'" in text.out
+    assert "FAIL diff" in text.out and ": regression: NEW fails check: " in text.out
+    assert "layer 0 kqv 'kqv-0'" in text.out
     assert f"head {head}, query {query} (position {query}), dim {dim}" in text.out
 
 
 @pytest.mark.parametrize("name,op,index", [("Qcur-20", "ROPE", (1, 7, 2)), ("kq-20", "MUL_MAT", (7, 1, 0))])
-def test_a_deep_value_moved_by_2_5_rms_is_caught_and_by_2_percent_is_not(smollm2, tmp_path, name, op, index):
+def test_a_deep_value_moved_by_2_5_rms_is_caught_and_by_2_percent_is_not(smollm2_dumps, tmp_path, name, op,
+                                                                         index):
     """Layer 20 of 30: the builds drift by up to a few % of a node's rms there, and the allowance holds a moved
-    value to under twice the rms (scripts/drift_calibrate.py --moves); 2.5 rms is caught, 0.02 rms is drift."""
-    old, new = smollm2
+    value to under twice the rms (scripts/drift_calibrate.py --moves); 2.5 rms is beyond drift, 0.02 rms is drift.
+    A score moved by 0.02 rms no longer gives the printed weights, though: check fails NEW, and so does diff."""
+    old, new = smollm2_dumps
     edit = DumpEdit(new, tmp_path / "scan.txt")
     occ = _occurrence(edit, name, op)
     vals = _values(edit, name, occ)
     rms = math.sqrt(sum(v * v for v in vals) / len(vals))
-    for k, code in ((2.5, 1), (0.02, 0)):
+    for k, beyond in ((2.5, True), (0.02, False)):
         moved = DumpEdit(new, tmp_path / f"moved-{k}.txt")
         moved.add(name, index, k * rms, occ)
         rep = diff(old, moved.save())
-        assert rep.exit_code == code, (k, [(n.new.name, n.ratio) for n in rep.diverged])
-        if code:
+        assert bool(rep.diverged) == beyond, (k, [(n.new.name, n.ratio) for n in rep.diverged])
+        fails_check = name == "kq-20"  # check recomputes the weights from kq; q is not checkable from a dump alone
+        assert rep.new_side.failed == fails_check and rep.old_side.exit_code == 0
+        assert rep.exit_code == (1 if beyond or fails_check else 0)
+        assert rep.regression == ("check" if fails_check else "drift" if beyond else "")  # check's comes first
+        if beyond:
             [bad] = rep.diverged
             assert bad.new.name == name and bad.role.layer == 20
             axes = {"Qcur-20": ("token", "head", "dim"), "kq-20": ("head", "query", "slot")}[name]
@@ -152,7 +147,7 @@ def test_html_page_shows_drift_and_allowance(tmp_path):
     out = tmp_path / "diff.html"
     assert run("diff", PHI3_OLD, PHI3_NEW, "-q", "--html", out).code == 1
     page = out.read_text()
-    assert "drift / allowed (of its scale)" in page and "kq_soft_max-0" in page and "REGRESSION diff" in page
+    assert "drift / allowed (of its scale)" in page and "kq_soft_max-0" in page and "FAIL diff" in page
 
 
 def test_a_damaged_and_a_cut_dump_make_no_regression(tmp_path):

@@ -89,36 +89,51 @@ def test_diff_with_model_long_prompt(tmp_path):
 
 def test_diff_with_model_catches_a_moved_score(tmp_path):
     """A layer-0 kq score of NEW moved by 0.2 (the reference holds it to about 1e-2 there, the f16 K cache's
-    rounding of k·q): NEW leaves the reference where OLD does not."""
+    rounding of k·q): NEW leaves the reference where OLD does not, and check --model fails NEW."""
     from dumpedit import DumpEdit
 
     edit = DumpEdit(NEW, tmp_path / "moved.txt")
     edit.add("kq-0", (0, 2, 1), 0.2)  # head 0, query 2, slot 1
     r = run("diff", OLD, edit.save(), "--model", LLAMA, "--json", "-")
     assert r.code == 1, r.err
-    layers = [x for x in r.json()["reference"]["layers"] if x["regression"]]
-    assert [(x["evaluation"], x["layer"]) for x in layers] == [(0, 0)]
+    doc = r.json()
+    layers = [x for x in doc["reference"]["layers"] if x["regression"]]
+    assert [(x["evaluation"], x["layer"], x["verdict"]) for x in layers] == [(0, 0, "NEW leaves the reference")]
     assert "kq-0" in layers[0]["new"] and "head 0, query 2, slot 1, position 2" in layers[0]["new"]
+    assert (doc["regression"], doc["check"]["new"]["command"], doc["check"]["new"]["verdict"]) == (
+        "check", "check --model", "fail")
+    assert {"check": "model_kq", "node": "kq-0", "evaluation": 0, "layer": 0}.items() <= next(
+        f for f in doc["check"]["new"]["failures"] if f["check"] == "model_kq").items()
     text = run("diff", OLD, edit.path, "--model", LLAMA, "--junit", tmp_path / "diff.xml")
-    assert "REGRESSION diff" in text.out and "leaves the model's reference where OLD does not" in text.out
+    assert "FAIL diff" in text.out and "regression: NEW fails check --model: eval 0 layer 0 head 0, query 2" in text.out
+    assert "NEW: eval 0 layer 0 head 0, query 2, slot 1, position 2: kq-0 (line" in text.out
     import xml.etree.ElementTree as ET
 
     cases = {c.get("name"): c for c in ET.parse(tmp_path / "diff.xml").getroot().iter("testcase")}
-    assert "leaves the model's reference" in cases["eval 0 layer 0"].find("failure").get("message")
-    assert cases["eval 0 layer 1"].find("failure") is None
+    assert "kq-0" in cases["check --model NEW"].find("failure").text
+    assert cases["check --model OLD"].find("failure") is None
 
 
 def test_diff_with_model_keeps_the_drift_verdict_where_the_reference_is_looser(tmp_path):
     """Deeper, the reference allows 0.1 of a node's rms (its cascade error model) and two correct builds drift by
-    far less: a layer-1 score moved by 1.0 stays within the reference on both sides but is beyond drift (exit 1)."""
-    from dumpedit import DumpEdit
+    far less: a layer-1 q value moved by 0.05 of its rms stays within the reference (check --model passes both
+    sides) but is beyond drift (exit 1); moved by 0.1 rms it leaves the reference too."""
+    import math
 
-    edit = DumpEdit(NEW, tmp_path / "moved.txt")
-    edit.add("kq-1", (0, 2, 1), 1.0)
-    doc = run("diff", OLD, edit.save(), "--model", LLAMA, "--json", "-").json()
-    assert doc["exit_code"] == 1
-    assert not any(x["regression"] for x in doc["reference"]["layers"])
-    assert (doc["first_divergent"]["layer"], doc["first_divergent"]["new"]["name"]) == (1, "kq-1")
+    from dumpedit import DumpEdit, printed
+
+    edit = DumpEdit(NEW, tmp_path / "scan.txt")
+    n0, n1, n2, _ = edit.node("Qcur-1", 2).ne  # the ROPE
+    values = [edit.get("Qcur-1", (i2, i1, i0), 2) for i2 in printed(n2) for i1 in printed(n1) for i0 in printed(n0)]
+    rms = math.sqrt(sum(v * v for v in values) / len(values))
+    for k, regression in ((0.05, "drift"), (0.1, "check")):
+        edit = DumpEdit(NEW, tmp_path / f"moved-{k}.txt")
+        edit.add("Qcur-1", (2, 0, 1), k * rms, 2)  # token 2, head 0, dim 1
+        doc = run("diff", OLD, edit.save(), "--model", LLAMA, "--json", "-").json()
+        assert (doc["exit_code"], doc["regression"]) == (1, regression)
+        assert (doc["first_divergent"]["layer"], doc["first_divergent"]["new"]["name"]) == (1, "Qcur-1")
+        assert any(x["regression"] for x in doc["reference"]["layers"]) == (regression == "check")
+        assert doc["check"]["old"]["verdict"] == "pass"
 
 
 def _fake_binary(tmp_path, help_text: str):

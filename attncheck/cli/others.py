@@ -112,8 +112,9 @@ def _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, mod
 @jobs_option("diffing evaluation pairs")
 @html_option("every compared node along the graph, with the tolerance it needed,")
 def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, quiet, verbose, jobs, html_out):
-    """Compare two dumps of one model and prompt node by node (an old and a new llama.cpp build): drift between
-    correct builds (exit 0), or the first node beyond it (exit 1). --exact compares at print precision."""
+    """Compare two dumps of one model and prompt node by node (an old and a new llama.cpp build), and check each as
+    `check` does: drift between correct builds (PASS, exit 0), or a regression (FAIL, exit 1): NEW fails check, or
+    a node is beyond the drift. --exact compares at print precision."""
     from ..check.junit import write
     from ..diff.compare import ATOL, EXACT, RTOL, DiffReport, Tolerance, diff
     from ..diff.junit import diff_xml
@@ -123,6 +124,8 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
         raise click.UsageError("--nmse replaces --atol/--rtol: give one or the other")
     if nmse and exact:
         raise click.UsageError("--nmse replaces --exact: give one or the other")
+    if "-" in (old, new):
+        raise click.UsageError("diff reads each dump twice (the node diff, then its check): give files, not '-'")
     if atol is not None or rtol is not None:
         tol = Tolerance(ATOL if atol is None else atol, RTOL if rtol is None else rtol, False, "--atol/--rtol", False)
     elif nmse:
@@ -135,11 +138,7 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
         from ..check.pool import jobs_default
 
         rep = diff(old, new, prefix=prefix, tolerance=tol, weight_types=weight_types_of(model) if model else None,
-                   jobs=jobs or jobs_default())
-        if model and not rep.error:
-            from ..diff.reference import check_sides
-
-            rep.reference = check_sides(rep, model)
+                   jobs=jobs or jobs_default(), model=model)
     except Exception as e:  # unusable input (DumpError names file and line) or a bug: one line, exit 2
         what = (str(e) if isinstance(e, (DumpError, ModelError))
                 else f"internal error ({type(e).__name__}: {e}); please report it")
@@ -148,8 +147,8 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
         click.echo(f"attncheck: warning: {w}", err=True)
     if rep.error:
         fail(f"{old} vs {new}: {rep.error}")
-    elif rep.reference is not None and rep.reference.error:
-        fail(rep.reference.error)
+    elif rep.new_side is not None and rep.new_side.error:
+        fail(rep.new_side.error)
     render_diff(rep, make_console(stderr=json_out == "-"), quiet=quiet, verbose=verbose)
     if json_out:
         write_json(diff_dict(rep), json_out)

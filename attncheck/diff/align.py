@@ -200,7 +200,7 @@ def align(sa: Sample, sb: Sample, role: Role, ga: Geometry, gb: Geometry) -> Ali
         axes = tuple(name if max(a.ne[j], b.ne[j]) > 1 else "" for j, name in enumerate((*axes, *_GENERIC[len(axes):])))
     if how == "index" and ka is kb and unique:  # the same printed indices: every element, in order
         return Aligned(how, ka.copy(), va, vb, axes)
-    common, ia, ib = np.intersect1d(_void(ka), _void(kb), return_indices=True)
+    common, ia, ib = np.intersect1d(key_view(ka), key_view(kb), return_indices=True)
     if not len(common):
         return "no element is printed in both"
     order = np.argsort(ia)  # keep OLD's print order
@@ -208,7 +208,8 @@ def align(sa: Sample, sb: Sample, role: Role, ga: Geometry, gb: Geometry) -> Ali
     return Aligned(how, ka[ia], va[ia], vb[ib], axes)
 
 
-def _void(keys: np.ndarray) -> np.ndarray:
+def key_view(keys: np.ndarray) -> np.ndarray:
+    """keys [N, 4] as N opaque rows, so that np.intersect1d matches whole coordinates."""
     k = np.ascontiguousarray(keys, dtype=np.int64)
     return k.view(np.dtype((np.void, k.dtype.itemsize * k.shape[1]))).ravel()
 

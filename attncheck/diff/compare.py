@@ -1,9 +1,14 @@
 """Two dumps → per-node differences: nodes matched by (run, evaluation, layer, role), compared on the elements
-printed in both (measure.py) under a tolerance (nodes.py: the drift of correct builds by default, drift.py), and
-the first node where the builds diverge. Result objects only; render.py prints them.
+printed in both (measure.py) under a tolerance (nodes.py: the drift of correct builds by default, drift.py; for
+softmax weights, their scores' drift through the softmax, softmax.py), and the first node where the builds diverge;
+and each dump checked as `attncheck check` checks it (sides.py). Result objects only; render.py prints them.
+
+The verdict: a NEW that check fails is a regression whatever the drift; so is a node beyond the tolerance (less
+those in a layer where --model shows OLD off the reference and NEW on it); else the builds drift within it.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import BinaryIO
@@ -15,10 +20,11 @@ from ..dump.records import Node
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..dump.roles import assign
 from ..dump.sample import parse_sample
-from .drift import DriftModel, Unit, cache_types, roundings
+from .drift import DriftModel, Unit, cache_types, elementwise, roundings
 from .measure import measure, store_scales, sum_diff
 from .nodes import (ATOL, DRIFT_ORIGIN, EXACT, NMSE_MAX, NMSE_OTHER, NOT_COMPUTING, RTOL, NodeDiff, NodeRef, SumDiff,
                     Tolerance, Unmatched)
+from .softmax import NO_SCORES, SCORE_ROLES, pending
 
 __all__ = ["ATOL", "DRIFT_ORIGIN", "EXACT", "NMSE_MAX", "NMSE_OTHER", "RTOL", "DiffReport", "NodeDiff", "NodeRef",
            "SumDiff", "Tolerance", "Unmatched", "diff"]
@@ -39,7 +45,16 @@ class DiffReport:
     error: str = ""  # unusable pair (different models or prompts): exit 2
     warnings: list[str] = field(default_factory=list)
     model: DriftModel | None = None  # the drift model used (default tolerance)
-    reference: object | None = None  # diff --model: reference.ReferenceDiff, which then gives the verdict
+    reference: object | None = None  # diff --model: reference.ReferenceDiff, per layer which side leaves the model
+    sides: tuple | None = None  # (OLD, NEW) sides.Side: each dump checked as `check` (--model: `check --model`)
+
+    @property
+    def old_side(self):
+        return self.sides[0] if self.sides else None
+
+    @property
+    def new_side(self):
+        return self.sides[1] if self.sides else None
 
     @property
     def compared(self) -> list[NodeDiff]:
@@ -66,22 +81,37 @@ class DiffReport:
 
     @property
     def exit_code(self) -> int:
-        if self.error:
+        """2: unusable pair, or a NEW that check cannot read; 1: a regression; 0: drift; 3: nothing compared."""
+        if self.error or (self.new_side is not None and self.new_side.error):
             return EXIT_INPUT
-        ref = self.reference
-        if ref is not None and ref.error:  # type: ignore[attr-defined]
-            return EXIT_INPUT
-        if ref is not None and ref.forward:  # type: ignore[attr-defined]
-            if ref.regression is not None or self.diverged:  # type: ignore[attr-defined]
-                return EXIT_FAIL
-            return EXIT_PASS if self.compared else EXIT_UNVERIFIED
-        if self.diverged:
+        if self.regression:
             return EXIT_FAIL
         return EXIT_PASS if self.compared else EXIT_UNVERIFIED
 
     @property
+    def regression(self) -> str:
+        """'check' when check fails NEW, else 'drift' when a node is beyond the tolerance, else ''."""
+        if self.new_side is not None and self.new_side.failed:
+            return "check"
+        return "drift" if self.diverged else ""
+
+    @property
+    def identical(self) -> bool:
+        """Every node of both dumps matched, and every printed element and sum the same."""
+        return (bool(self.compared) and not self.only and not self.diverged
+                and all(n.max_abs == 0 and (n.sum is None or n.sum.diff == 0) for n in self.compared))
+
+    @property
     def verdict(self) -> str:
         return {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_INPUT: "error", EXIT_UNVERIFIED: "unverified"}[self.exit_code]
+
+    @property
+    def outcome(self) -> str:
+        """The verdict in diff's words: identical | drift (pass) | regression (fail) | error | unverified."""
+        code = self.exit_code
+        if code == EXIT_PASS:
+            return "identical" if self.identical else "drift"
+        return {EXIT_FAIL: "regression", EXIT_INPUT: "error", EXIT_UNVERIFIED: "unverified"}[code]
 
     def groups(self) -> dict[tuple[int, str], list[NodeDiff]]:
         """Matched nodes per evaluation × layer (input and output are groups of their own), in graph order."""
@@ -109,13 +139,24 @@ class DiffReport:
 
 def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool = False,
          tolerance: Tolerance = Tolerance(), weight_types: tuple[tuple[str, ...], str] | None = None,
-         jobs: int = 1) -> DiffReport:
-    """Compare two dumps node by node; DumpError when either cannot be read.
+         jobs: int = 1, check: bool = True, model: str | None = None) -> DiffReport:
+    """Compare two dumps node by node, and check each as `attncheck check` does; DumpError when either cannot be
+    read for the node diff.
 
     weight_types: (ggml type names of the model's tensors, where they were read) for the drift model; by default
-    from the logs' `- type` lines, when either printed them. jobs: processes diffing evaluation pairs (pool.py)."""
+    from the logs' `- type` lines, when either printed them. jobs: processes diffing evaluation pairs (pool.py) and
+    reading each dump for its check. check: each dump is read once more for its check, so old and new must be paths
+    (check=False: the node diff alone, the softmax weights under drift.py's allowance). model: a GGUF, each side
+    checked against its reference too (reference.py)."""
     from .pool import Pairs
+    from .sides import check_both, kq_scales
+    from .softmax import settle
 
+    if check or model is not None:
+        for path in (old, new):
+            if not isinstance(path, (str, os.PathLike)) or str(path) == "-":
+                raise ValueError("diff reads each dump twice (the node diff, then its check): give paths, "
+                                 "or check=False")
     da = old if isinstance(old, Dump) else read_dump(old)
     db = new if isinstance(new, Dump) else read_dump(new)
     rep = DiffReport(da.source, db.source, prefix, tolerance)
@@ -138,6 +179,16 @@ def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool
             eb.nodes.clear()
     for d in (da, db):
         rep.warnings += [f"{d.source}:{n.line}: {n.message}" for n in d.notes]
+    if rep.error:
+        return rep
+    if model is not None:
+        from .reference import check_sides
+
+        rep.reference = check_sides(rep, model, jobs)
+        rep.sides = (rep.reference.old, rep.reference.new)
+    elif check:
+        rep.sides = check_both(rep, jobs)
+    settle(rep.nodes, kq_scales(rep.sides), tolerance)
     return rep
 
 
@@ -203,6 +254,7 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
     floors = store_scales(ea, ra, src_a) if rep.model is not None else {}
     T_short = min(t for t in (ea.T, eb.T) if t is not None) if (ea.T or eb.T) is not None else None
     geometries: dict = {}
+    scores: dict[int, tuple[NodeDiff, Aligned]] = {}  # id(OLD node) → its diff and elements, of what SOFT_MAX reads
     output = _output_pairs(ra.output, rb.output)
     for a in ea.nodes:
         role = ra.role(a)
@@ -223,8 +275,16 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
         if rep.model is not None:
             nd.roundings = max(ka.get(id(a), 0), kb.get(id(b), 0))
             nd.allowed = rep.model.rho(nd.roundings, role.name)
-        _diff_node(nd, rep, (a, ra, ea, src_a), (b, rb, eb, src_b), T_short, floors.get((role.layer, role.name), 0.0),
-                   geometries)
+        al = _diff_node(nd, rep, (a, ra, ea, src_a), (b, rb, eb, src_b), T_short,
+                        floors.get((role.layer, role.name), 0.0), geometries)
+        if rep.model is not None and al is not None:
+            if role.name in SCORE_ROLES:
+                scores[id(a)] = (nd, al)
+            elif elementwise(role.name):
+                s = a.inputs[0]
+                both = s is not None and id(s) in scores and partner.get(id(s)) is b.inputs[0]
+                nd.pending = pending(al, scores[id(s)][1], scores[id(s)][0], rep.tolerance) if both else None
+                nd.note = "" if nd.pending is not None else NO_SCORES
         rep.nodes.append(nd)
     rep.only += [Unmatched(eb.index, eb.run, "new", rb.role(n), n.ref) for n in eb.nodes if id(n) not in matched]
 
@@ -247,38 +307,40 @@ def _same_reads(a: Node, b: Node, partner: dict[int, Node]) -> bool:
 
 
 def _diff_node(nd: NodeDiff, rep: DiffReport, side_a: tuple, side_b: tuple, T_short: int | None,
-               scale_floor: float = 0.0, geometries: dict | None = None) -> None:
+               scale_floor: float = 0.0, geometries: dict | None = None) -> Aligned | None:
+    """Measure one node pair (or say why it is skipped); the elements compared, None when skipped."""
     (a, ra, _, src_a), (b, rb, _, src_b) = side_a, side_b
     role, tol = nd.role, rep.tolerance
     if rep.prefix and (id(a) in ra.after_out_ids or id(b) in rb.after_out_ids):
         nd.skipped = "rows re-selected by out_ids: not fixed by causality"
-        return
+        return None
     if a.quantized or b.quantized:
         nd.skipped = f"{a.type if a.quantized else b.type}: quantized tensors print no values"
-        return
+        return None
     try:
         sa, sb = parse_sample(a, src_a), parse_sample(b, src_b)
     except DumpError as e:
         nd.skipped = f"not readable: {e}"
-        return
+        return None
     ga, gb = _geometries(geometries if geometries is not None else {}, role.layer, side_a, side_b)
     al = align(sa, sb, role, ga, gb)
     if isinstance(al, str):
         nd.skipped = al
-        return
+        return None
     nd.how = al.how
     if rep.prefix and T_short is not None:
         keep = causal(al, role, b, gb, T_short)
         if isinstance(keep, str):
             nd.skipped = keep
-            return
+            return None
         if not keep.any():
             nd.skipped = "no printed element is fixed by causality"
-            return
+            return None
         al = Aligned(al.how, al.keys[keep], al.old[keep], al.new[keep], al.axes)
     measure(nd, al, tol, scale_floor)
     if a.ne == b.ne and not rep.prefix:  # a sum covers elements causality may not fix
-        nd.sum = sum_diff(sa, sb, tol, nd.allowed * nd.scale)
+        nd.sum = sum_diff(sa, sb, tol, nd.allowed * nd.scale)  # softmax: drift.py's allowance, each row sums to 1
+    return al
 
 
 def _geometries(memo: dict, layer: int | None, side_a: tuple, side_b: tuple) -> tuple:

@@ -21,9 +21,10 @@ norms, softmax and residual additions, so the drift of a node, relative to its p
     |new − old| ≤ 1e-4 + 2^-16·|x| + A · u · n^P · s
 
 times MEAN_FACTOR for the weighted means of V (kqv, kqv_out, flash attention, and attn_out, their projection),
-whose rms is below that of the rows they carry; and for softmax weights with each weight's own size in place of
-s (|ΔP_j| ≤ P_j·(|Δx_j| + max_k |Δx_k|) for scores x moved by Δx), times SOFTMAX_FACTOR. A cache write prints a
-handful of values: its s is that of the K or V it writes (SOURCE_OF).
+whose rms is below that of the rows they carry. Softmax weights move with their own size, not the node's rms: their
+allowance is derived from their row's scores through the softmax (softmax.py); where no scores node is printed in
+both dumps, each weight's own size in place of s, times SOFTMAX_FACTOR. A cache write prints a handful of values:
+its s is that of the K or V it writes (SOURCE_OF).
 
 The first two terms are the print precision (`--exact`); u and n are derived from the weight types (the GGUF given
 with --model, else the 2024 log's `llama_model_loader: - type` lines, else Q8_K, the coarsest) and the graph; A, P
@@ -49,8 +50,8 @@ A = 5.0  # measured: the largest need was 3.24 on the calibration set and 4.10 o
 P = 0.6  # measured: the growth with depth, between sqrt(n) (independent roundings) and n (all of one sign)
 MEAN_ROLES = ("kqv", "kqv_out", "flash_attn", "attn_out")  # weighted means of V (and their projection): their
 MEAN_FACTOR = 2.0  # rms is below that of the V rows they carry; measured: their largest need 6.35
-SOFTMAX_ROLES = ("kq_soft_max",)  # a weight moves with its own size: |ΔP_j| ≤ P_j·(|Δx_j| + max_k |Δx_k|)
-SOFTMAX_FACTOR = 1.5  # on P_j instead of the rms; measured: largest need 4.45
+SOFTMAX_ROLES = ("kq_soft_max",)  # a weight moves with its own size: |ΔP_j| ≤ P_j·(e^(|Δx_j| + L) − 1), softmax.py
+SOFTMAX_FACTOR = 1.5  # on P_j instead of the rms, where no scores are printed in both; measured: largest need 4.45
 SOURCE_OF = {"k_store": ("Kcur", "k_view"), "v_store": ("Vcur", "v_view")}  # a cache write carries their values
 ROUNDING_OPS = ("MUL_MAT", "MUL_MAT_ID", "GELU")  # GELU reads an f16 table (FORMAT.md §3)
 STORE_OPS = ("SET_ROWS", "CPY")

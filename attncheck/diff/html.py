@@ -1,7 +1,8 @@
 """`diff --html`: two dumps compared, as a page. Per evaluation, a strip of the compared nodes in graph order (each
 coloured by the tolerance it needed, the first divergent node outlined, a link to its row), and a table of every
 compared node with the tolerance it needed against the one used; the first divergent node and the first divergent
-computation are marked. Plain HTML: it reads without JavaScript."""
+computation are marked. Each side's check follows, with NEW's failing elements. Plain HTML: it reads
+without JavaScript."""
 from __future__ import annotations
 
 import math
@@ -85,6 +86,11 @@ def diff_page(rep: DiffReport) -> str:
     if rep.diverged:
         body.append(f"<details><summary>{len(rep.diverged)} divergent nodes, as the terminal lists them</summary>"
                     f"{lines([divergence_line(nd, rep.tolerance.nmse) for nd in rep.diverged], 'failures')}</details>")
+    for side in rep.sides or ():
+        body.append(lines([f"{side.name} {side.state()}"], "coverage"))
+        if side.failed:
+            body.append(f"<details{' open' if side.name == 'NEW' else ''}><summary>{esc(side.name)}: the failing "
+                        f"elements, as check lists them</summary>{lines(side.failures(None), 'failures')}</details>")
     body.append(lines([f"only in {u.side.upper()}: eval {u.evaluation} {u.role.group} {u.role.name} "
                        f"'{u.node.name}' (line {u.node.line}, {u.node.op})" for u in rep.only], "warnings", LIST_LIMIT))
     body.append(lines(rep.warnings, "warnings", LIST_LIMIT))

@@ -35,10 +35,15 @@ def store_scales(ev: Evaluation, roles, source: str) -> dict[tuple, float]:
     return out
 
 
-def measure(nd: NodeDiff, al: Aligned, tol: Tolerance, scale_floor: float = 0.0) -> None:
+def measure(nd: NodeDiff, al: Aligned, tol: Tolerance, scale_floor: float = 0.0,
+            allowance: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """max abs/rel error, NMSE, the worst element and the tolerance that would have been needed; under the drift
     model, the node's scale (OLD's rms over the elements printed in both, or the elements' own size for softmax
-    weights; a cache write's is at least its source's, scale_floor) and its drift beyond print precision relative to it."""
+    weights; a cache write's is at least its source's, scale_floor) and its drift beyond print precision relative to it.
+
+    allowance: (each element's allowed |new − old| beyond print precision, its size) in place of the drift model's
+    nd.allowed × size (softmax.py's, derived per weight); nd.drift and nd.allowed are then those of the element
+    that needs the most of its allowance."""
     a, b = al.old, al.new
     fin = np.isfinite(a) & np.isfinite(b)
     finite = bool(fin.all())
@@ -48,10 +53,18 @@ def measure(nd: NodeDiff, al: Aligned, tol: Tolerance, scale_floor: float = 0.0)
         # OLD's rms (the build trusted so far): a value moved in NEW does not widen its own tolerance
         nd.scale = max(float(np.sqrt(np.mean(a_fin ** 2))) if a_fin.size else 0.0, scale_floor)
         t = tol.atol + tol.rtol * mag
-        size = mag if elementwise(nd.role.name) else nd.scale
-        beyond = _beyond(np.maximum(err - t, 0.0), size)
-        nd.drift = float(np.max(beyond)) if len(beyond) else 0.0
-        t = t + nd.allowed * size
+        if allowance is None:
+            size = mag if elementwise(nd.role.name) else nd.scale
+            beyond = _beyond(np.maximum(err - t, 0.0), size)
+            nd.drift = float(np.max(beyond)) if len(beyond) else 0.0
+            t = t + nd.allowed * size
+        else:
+            allowed, size = allowance
+            beyond = _beyond(np.maximum(err - t, 0.0), size)
+            frac = allowed / size
+            k = int(np.argmax(_beyond(beyond, frac)))
+            nd.drift, nd.allowed = float(beyond[k]), float(frac[k])
+            t = t + allowed
         ratio = np.where(err == 0, 0.0, err / t)
         rel = np.where(err == 0, 0.0, err / mag)
         num, den = float(np.sum((delta if finite else delta[fin]) ** 2)), float(np.sum(b_fin ** 2))

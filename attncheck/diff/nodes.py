@@ -98,6 +98,8 @@ class NodeDiff:
     roundings: int = 0  # drift model: activation roundings on the node's path (the larger of the two graphs)
     allowed: float = 0.0  # drift model: |new − old| allowed beyond print precision, as a fraction of scale
     drift: float = 0.0  # the largest |new − old| beyond print precision, as a fraction of scale
+    note: str = ""  # where the allowance came from, when it is not the drift model's own (softmax weights)
+    pending: object | None = None  # softmax.Pending: the weights' rows until the site's kq_scale is known
 
     @property
     def scale_kind(self) -> str:

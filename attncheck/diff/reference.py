@@ -1,25 +1,22 @@
-"""`diff OLD NEW --model GGUF`: each side checked against the model's reference forward pass (attncheck.verify
-with the model), and per evaluation × layer which side leaves the reference, and where.
+"""`diff OLD NEW --model GGUF`: each side checked against the model's reference forward pass (`check --model`,
+sides.py), and per evaluation × layer which side leaves the reference, and where.
 
-The verdict: NEW leaves the reference where OLD did not: in some evaluation × layer, NEW's check furthest from the
-reference is more than FAR_WORSE times its bound, and FAR_WORSE times as far as OLD's furthest there: a regression
-(exit 1); else drift (exit 0). The margin is there because the reference is exact at layer 0 only: deeper, its
-allowance is statistical, and two correct builds each leave it by a little, in different layers. Where both
-leave it, the reference (not the build) is off there, and it is said so. A side whose log printed no token
-ids takes the other side's ids when both evaluate the same tokens (same T, identical printed embeddings), else
-the reference looks them up in the model's embeddings (model/token_ids.py).
+The verdict is check's: a NEW that `check --model` fails anywhere is a regression (sides.py), also where OLD leaves
+the reference as well (it fails there too: said beside it). Per layer this says which side leaves the reference;
+a node beyond drift in a layer where OLD leaves the reference and NEW does not is an upgrade that fixed what the old
+build got wrong, not a regression. A side whose log printed no token ids takes the other side's ids when both
+evaluate the same tokens (same T, identical printed embeddings), else the reference looks them up in the model's
+embeddings (model/token_ids.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..check.report import Report
-from ..errors import DumpError, ModelError
 from ..results import CheckResult, describe
-from ..verify import Options, verify
+from ..verify import Options
 from .compare import DiffReport
+from .sides import Side, check_side
 
-FAR_WORSE = 4.0  # NEW's furthest |err|/bound in a layer over OLD's (or 1): measured between correct builds up to 2.1
 OTHER_DUMP = "other dump"
 
 
@@ -28,23 +25,16 @@ def severity(r: CheckResult) -> float:
     return max(r.ratio, 1.0 if not r.passed else 0.0)
 
 
-@dataclass
-class Side:
-    name: str  # OLD | NEW
-    path: str
-    report: Report | None = None
-    error: str = ""
-    tokens_from: list[str] = field(default_factory=list)  # per run: log, embeddings, other dump, --tokens
-
-    def worst(self) -> dict[tuple[int, int], CheckResult]:
-        """(evaluation, layer) → its --model check furthest from the reference."""
-        out: dict[tuple[int, int], CheckResult] = {}
-        for sr in self.report.sites if self.report else []:
-            for r in sr.results:
-                key = (sr.evaluation, sr.layer)
-                if r.check.startswith("model_") and (key not in out or severity(r) > severity(out[key])):
-                    out[key] = r
-        return out
+def worst(side: Side) -> dict[tuple[int, int], CheckResult]:
+    """(evaluation, layer) → the side's --model check furthest from the reference there (a failed one first)."""
+    out: dict[tuple[int, int], CheckResult] = {}
+    for sr in side.report.sites if side.report else []:
+        for r in sr.results:
+            key = (sr.evaluation, sr.layer)
+            if r.check.startswith("model_") and (key not in out or (not r.passed, severity(r)) >
+                                                 (not out[key].passed, severity(out[key]))):
+                out[key] = r
+    return out
 
 
 @dataclass
@@ -58,17 +48,14 @@ class LayerRef:
 
     @property
     def regression(self) -> bool:
-        """NEW leaves the reference, and by more than FAR_WORSE times as far as OLD (or its bound) there."""
-        return severity(self.new) > FAR_WORSE * max(severity(self.old), 1.0)
+        """NEW leaves the reference here: `check --model` fails NEW."""
+        return not self.new.passed
 
     @property
     def verdict(self) -> str:
-        if self.regression:
-            return "NEW leaves the reference"
-        leave = (not self.old.passed, not self.new.passed)
-        return {(True, True): "both leave the reference (its limit here, not a build's)",
-                (True, False): "OLD leaves the reference", (False, True): "NEW leaves the reference by little"
-                }.get(leave, "both within")
+        return {(False, True): "NEW leaves the reference", (True, True): "both leave the reference",
+                (True, False): "OLD leaves the reference"}.get((not self.old.passed, not self.new.passed),
+                                                               "both within")
 
     def where(self, side: str) -> str:
         r = self.new if side == "new" else self.old
@@ -87,10 +74,6 @@ class ReferenceDiff:
     note: str = ""
 
     @property
-    def error(self) -> str:
-        return self.old.error or self.new.error
-
-    @property
     def regression(self) -> LayerRef | None:
         return next((lr for lr in self.layers if lr.regression), None)
 
@@ -101,10 +84,9 @@ class ReferenceDiff:
 
     def to_dict(self) -> dict:
         return {
-            "model": self.model, "forward": self.forward, "note": self.note or None, "error": self.error or None,
-            "far_worse": FAR_WORSE,
+            "model": self.model, "forward": self.forward, "note": self.note or None,
             "sides": {s.name.lower(): {"path": s.path, "tokens_from": s.tokens_from, "error": s.error or None,
-                                       "layers_leaving": sum(not r.passed for r in s.worst().values())}
+                                       "layers_leaving": sum(not r.passed for r in worst(s).values())}
                       for s in (self.old, self.new)},
             "layers": [{"evaluation": lr.evaluation, "layer": lr.layer, "verdict": lr.verdict,
                         "regression": lr.regression, "old": lr.where("old"), "new": lr.where("new"),
@@ -125,13 +107,13 @@ def _shared_tokens(rep: DiffReport) -> tuple[tuple[int, ...] | None, tuple[int, 
 
 
 def reference_lines(ref: ReferenceDiff) -> list[str]:
-    """Text: where each side's ids came from, per layer which side leaves the reference and where, the verdict."""
-    if ref.error:
-        return [f"--model {ref.model}: {ref.error}"]
+    """Text: where each side's ids came from, per layer which side leaves the reference and where, a summary."""
     lines = [f"--model {ref.model}: token ids of {s.name}: {', '.join(s.tokens_from) or 'none'}"
              for s in (ref.old, ref.new) if s.tokens_from and s.tokens_from != ["log"]]
+    if ref.old.error or ref.new.error:
+        return lines
     if not ref.forward:
-        return lines + [f"--model {ref.model}: {ref.note}; the drift model gives the verdict"]
+        return lines + [f"--model {ref.model}: {ref.note}; each side checked from the dump alone under its facts"]
     for lr in ref.layers:
         if not (lr.old.passed and lr.new.passed):
             lines.append(f"eval {lr.evaluation} layer {lr.layer}: {lr.verdict}; OLD: {lr.where('old')}; "
@@ -141,52 +123,28 @@ def reference_lines(ref: ReferenceDiff) -> list[str]:
     new_in = sum(lr.new.passed for lr in ref.layers)
     first = ref.regression
     lines.append(f"reference (--model {ref.model}): OLD within it in {old_in} of {n} evaluation×layers, NEW in "
-                 f"{new_in}; " + (f"NEW leaves it where OLD did not first at eval {first.evaluation} layer "
-                                  f"{first.layer}: {first.where('new')}" if first else
-                                  "NEW leaves it nowhere OLD did not"))
+                 f"{new_in}" + (f"; NEW leaves it first at eval {first.evaluation} layer {first.layer}: "
+                                f"{first.where('new')}" if first else ""))
     return lines
 
 
-def check_sides(rep: DiffReport, model: str) -> ReferenceDiff:
-    """Verify both dumps against the model, and compare which layers each leaves the reference in."""
+def check_sides(rep: DiffReport, model: str, jobs: int = 1) -> ReferenceDiff:
+    """Check both dumps with the model (`check --model`), and compare which layers each leaves the reference in."""
     given = _shared_tokens(rep)
     sides = []
     for name, path, tokens in (("OLD", rep.old, given[0]), ("NEW", rep.new, given[1])):
-        side = Side(name, path)
-        try:
-            side.report = verify(path, Options(model=model, tokens=tokens))
-        except (DumpError, ModelError) as e:
-            side.error = str(e)
+        side = check_side(name, path, Options(model=model, tokens=tokens, jobs=jobs))
         if side.report is not None and side.report.model:
             side.tokens_from = [OTHER_DUMP if tokens is not None else r.get("tokens_from", "log")
                                 for r in side.report.model.get("runs", [])]
         sides.append(side)
     out = ReferenceDiff(model, *sides)
-    if out.error:
+    if out.old.error or out.new.error:
         return out
     m = out.new.report.model or {}
     if m.get("forward", True) is None:
         out.forward, out.note = False, m.get("note", "")
         return out
-    wo, wn = out.old.worst(), out.new.worst()
+    wo, wn = worst(out.old), worst(out.new)
     out.layers = [LayerRef(e, L, wo[(e, L)], wn[(e, L)]) for e, L in sorted(wo.keys() & wn.keys())]
     return out
-
-
-def reference_verdict(rep: DiffReport, pair: str) -> str:
-    """The verdict of diff --model: the reference's, with the drift model's count beside it."""
-    ref: ReferenceDiff = rep.reference  # type: ignore[assignment]
-    beyond = rep.diverged
-    first = ref.regression
-    if first is not None:
-        drift = f"; {len(beyond)} nodes beyond the drift of correct builds" if beyond else ""
-        return (f"REGRESSION diff {pair}: NEW leaves the model's reference where OLD does not, first at eval "
-                f"{first.evaluation} layer {first.layer}: {first.where('new')}; OLD: {first.where('old')}{drift}")
-    if beyond:
-        nd = beyond[0]
-        return (f"REGRESSION diff {pair}: both builds stay within the model's reference (its allowance is wider "
-                f"there), but NEW is beyond the drift of correct builds first at eval {nd.evaluation} "
-                f"{nd.role.group} {nd.role.name} '{nd.new.name}' (NEW line {nd.new.line}): |Δ| {nd.max_abs:.1e}, "
-                f"{nd.ratio:.1f}× its tolerance")
-    return (f"DRIFT diff {pair}: NEW leaves the model's reference nowhere OLD does not ({len(ref.layers)} "
-            "evaluation×layers checked on both), and every node is within the drift of correct builds")

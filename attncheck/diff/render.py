@@ -10,8 +10,8 @@ from rich.table import Table
 from .compare import NMSE_MAX, NMSE_OTHER, DiffReport, NodeDiff
 from ..check.columns import NEVER, Col, fit
 from .drift import MEAN_FACTOR, MEAN_ROLES, SOFTMAX_FACTOR
-from .render_drift import drift_table, drift_verdict, per_layer
-from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, SCHEMA
+from .render_drift import drift_table, per_layer
+from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED, SCHEMA
 from ..results import json_number
 
 LIST_LIMIT = 20  # one-dump-only nodes and divergences listed without --verbose
@@ -26,7 +26,8 @@ def tolerance_line(rep: DiffReport) -> str:
         m, u = rep.model, rep.model.unit
         return (f"tolerance: the drift of correct builds, |new − old| ≤ {t.atol:g} + {t.rtol:.3g}·|x| + "
                 f"{m.a:g}·u·n^{m.p:g}·rms (×{MEAN_FACTOR:g} for {', '.join(MEAN_ROLES)}; softmax weights: "
-                f"×{SOFTMAX_FACTOR:g} of their own size), n the activation roundings before the node, "
+                f"p·(e^(|Δx|+L) − 1), their scores' drift through the softmax, or ×{SOFTMAX_FACTOR:g} of their "
+                f"own size where no scores are printed), n the activation roundings before the node, "
                 f"u = 2^{math.log2(u.value):.2f}: {u.origin}")
     return f"tolerance: |new − old| ≤ {t.atol:g} + {t.rtol:.3g}·|x| ({t.origin})"
 
@@ -118,31 +119,81 @@ def node_table(rep: DiffReport, verbose: bool, width: int | None = None) -> Tabl
 
 
 def verdict(rep: DiffReport) -> str:
+    """One line, beginning as check's does (PASS, FAIL, ERROR, UNVERIFIED), then what diff found: identical, drift
+    within the tolerance, or a regression (NEW fails check, or a node beyond the tolerance); then each side's check."""
     t = rep.totals()
     pair = f"{rep.old} → {rep.new}"
     only = f"; {t['only_old'] + t['only_new']} nodes in one dump only" if rep.only else ""
-    tests = f"{t['tests']} evaluation×layer tests"
-    if rep.exit_code == EXIT_INPUT:
-        return f"ERROR diff {pair}: {rep.error or rep.reference.error}"
-    if rep.reference is not None and rep.reference.forward:
-        from .reference import reference_verdict
+    code = rep.exit_code
+    if code == EXIT_INPUT:
+        return f"ERROR diff {pair}: {rep.error or 'NEW ' + rep.new_side.state()}"
+    if code == EXIT_UNVERIFIED:
+        return f"UNVERIFIED diff {pair}: no printed element could be compared{_checks(rep)}{only}"
+    head = "PASS" if code == EXIT_PASS else "FAIL"
+    if rep.regression == "check":
+        new = rep.new_side
+        return f"{head} diff {pair}: regression: NEW {new.state()}; {_drift(rep, t)}{_baseline(rep)}{only}"
+    if rep.regression:
+        return f"{head} diff {pair}: regression: {_beyond(rep, t)}{_checks(rep)}{only}"
+    return f"{head} diff {pair}: {_within(rep, t)}{_checks(rep)}{only}"
 
-        return reference_verdict(rep, pair)
-    if rep.model is not None and rep.exit_code in (EXIT_PASS, EXIT_FAIL):
-        return drift_verdict(rep, where, _at)
-    if rep.exit_code == EXIT_PASS:
-        return (f"PASS diff {pair}: {t['compared']} nodes ({t['elements_compared']} printed elements) agree in "
-                f"{tests}{only}")
-    if rep.exit_code == EXIT_FAIL:
+
+def _within(rep: DiffReport, t: dict) -> str:
+    nodes = f"{t['compared']} nodes ({t['elements_compared']} printed elements)"
+    tests = f"{t['tests']} evaluation×layer tests"
+    if rep.identical:
+        return f"identical: every printed element of {nodes} is the same in {tests}"
+    if rep.model is None:
+        return f"{nodes} agree in {tests} ({rep.tolerance.origin})"
+    worst = max(rep.compared, key=lambda n: n.ratio)
+    return (f"drift within correct builds: {nodes} in {tests}; closest to its allowance: {where(worst)} "
+            f"'{worst.new.name}' ({worst.ratio:.2f} of it)")
+
+
+def _beyond(rep: DiffReport, t: dict) -> str:
+    """The first node beyond the tolerance, its element by logical place and what it was allowed."""
+    first = rep.first_divergent
+    counts = f"in {t['tests_failed']} of {t['tests']} evaluation×layer tests"
+    if rep.model is not None:
+        return (f"first node beyond the drift of correct builds: {where(first)} '{first.new.name}' (NEW line "
+                f"{first.new.line}) at {_at(first.worst, first.n_past)}: {first.worst_old:.4f} → {first.worst_new:.4f}, "
+                f"|Δ| {abs(first.worst_new - first.worst_old):.1e} > {first.tol:.1e} allowed; {t['diverged']} of "
+                f"{t['compared']} nodes beyond drift, {counts}")
+    msg = (f"{t['diverged']} of {t['compared']} nodes differ, {counts}; first divergent node: {where(first)} "
+           f"'{first.new.name}' (|Δ| {first.max_abs:.1e} at {_at(first.worst)})")
+    comp = rep.first_computed
+    if comp is not None and comp is not first:
+        msg += f"; first divergent computation: {where(comp)} '{comp.new.name}' ({comp.new.op})"
+    return msg
+
+
+def _drift(rep: DiffReport, t: dict) -> str:
+    """The node diff in a few words, beside a regression that check found."""
+    if rep.diverged:
         first = rep.first_divergent
-        msg = (f"FAIL diff {pair}: {t['diverged']} of {t['compared']} nodes differ, in {t['tests_failed']} of "
-               f"{tests}; first divergent node: {where(first)} '{first.new.name}' (|Δ| {first.max_abs:.1e} at "
-               f"{_at(first.worst)})")
-        comp = rep.first_computed
-        if comp is not None and comp is not first:
-            msg += f"; first divergent computation: {where(comp)} '{comp.new.name}' ({comp.new.op})"
-        return msg + only
-    return f"UNVERIFIED diff {pair}: no printed element could be compared{only}"
+        beyond = "beyond the drift of correct builds" if rep.model is not None else "beyond the tolerance"
+        n = t["diverged"]
+        return f"{n} node{'s' * (n != 1)} {beyond}, first {where(first)} '{first.new.name}'"
+    if not rep.compared:
+        return "no printed element compared"
+    return ("every node within the drift of correct builds" if rep.model is not None
+            else "every node within the tolerance")
+
+
+def _checks(rep: DiffReport) -> str:
+    """'; check passes on both (NEW: ...)', or what it says of each side."""
+    new = rep.new_side
+    if new is None:
+        return ""
+    if new.exit_code == EXIT_PASS and rep.old_side.exit_code == EXIT_PASS:
+        return f"; {new.command} passes on both (NEW: {new.covered()})"
+    return f"; NEW {new.state()}{_baseline(rep)}"
+
+
+def _baseline(rep: DiffReport) -> str:
+    """What check says of OLD when it does not pass: said, and failing nothing by itself."""
+    old = rep.old_side
+    return "" if old is None or old.exit_code == EXIT_PASS else f"; {old.as_baseline()}"
 
 
 def render_diff(rep: DiffReport, console: Console, *, quiet: bool = False, verbose: bool = False) -> None:
@@ -180,6 +231,10 @@ def render_diff(rep: DiffReport, console: Console, *, quiet: bool = False, verbo
     if limit is not None and len(rep.diverged) > limit:
         console.print(f"... and {len(rep.diverged) - limit} more divergent nodes (-v or --json lists them all)",
                       style="red", markup=False, highlight=False)
+    for side in rep.sides or ():  # what check says of each side, as check says it
+        style = "red" if side.name == "NEW" else "yellow"
+        for line in side.failures(10 if limit is not None else None):
+            console.print(f"{side.name}: {line}", style=style, markup=False, highlight=False, soft_wrap=True)
     style = {EXIT_PASS: "bold green", EXIT_FAIL: "bold red"}.get(rep.exit_code, "bold yellow")
     console.print(verdict(rep), style=style, markup=False, highlight=False, soft_wrap=True)
 
@@ -209,7 +264,7 @@ def _node(nd: NodeDiff) -> dict:
         "position": position(nd) if nd.worst and not nd.skipped else None,
         "drift": None if nd.skipped or not nd.roundings and not nd.drift else {
             "roundings": nd.roundings, "scale": json_number(nd.scale), "scale_of": nd.scale_kind,
-            "drift": json_number(nd.drift), "allowed": json_number(nd.allowed)},
+            "drift": json_number(nd.drift), "allowed": json_number(nd.allowed), "allowance": nd.note or None},
     }
 
 
@@ -222,7 +277,9 @@ def diff_dict(rep: DiffReport) -> dict:
     return {
         "schema": SCHEMA, "kind": "diff", "tool": "attncheck", "version": __version__,
         "old": rep.old, "new": rep.new, "prefix": rep.prefix,
-        "verdict": rep.verdict, "exit_code": rep.exit_code, "error": rep.error or None,
+        "verdict": rep.verdict, "outcome": rep.outcome, "regression": rep.regression or None,
+        "exit_code": rep.exit_code, "error": rep.error or (rep.new_side.error if rep.new_side else "") or None,
+        "check": None if rep.sides is None else {s.name.lower(): s.to_dict() for s in rep.sides},
         "tolerance": {"mode": "nmse" if t.nmse else "drift" if rep.model is not None else "elementwise",
                       "atol": t.atol, "rtol": t.rtol, "origin": t.origin,
                       "nmse_max": {**NMSE_MAX, "other": NMSE_OTHER} if t.nmse else None,

@@ -1,5 +1,5 @@
-"""The drift verdict for people: per layer the largest drift between the two builds and how much of its allowance
-it took, and the verdict line (drift between correct builds, or the first node beyond it)."""
+"""The drift of two builds for people: per layer the largest drift between them and how much of its allowance it
+took."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,24 +63,3 @@ def drift_table(rep: DiffReport, width: int | None = None):
 
 def _name(nd: NodeDiff) -> str:
     return nd.role.name + (f" (eval {nd.evaluation})" if nd.evaluation else "")
-
-
-def drift_verdict(rep: DiffReport, where, at) -> str:
-    """DRIFT (exit 0) naming the layer that came closest to its allowance, or REGRESSION (exit 1) naming the first
-    node beyond drift, its layer, head and position."""
-    t = rep.totals()
-    pair = f"{rep.old} → {rep.new}"
-    only = f"; {t['only_old'] + t['only_new']} nodes in one dump only" if rep.only else ""
-    first = rep.first_divergent
-    if first is None:
-        worst = max(rep.compared, key=lambda n: n.ratio)
-        closest = (f"closest to its allowance: {where(worst)} '{worst.new.name}' ({worst.ratio:.2f} of it)"
-                   if worst.max_abs > 0 else "every printed element is the same")
-        return (f"DRIFT diff {pair}: {t['compared']} nodes ({t['elements_compared']} printed elements) within the "
-                f"drift of correct builds in {t['tests']} evaluation×layer tests; {closest}{only}")
-    return (f"REGRESSION diff {pair}: first node beyond the drift of correct builds: {where(first)} "
-            f"'{first.new.name}' (NEW line {first.new.line}) at {at(first.worst, first.n_past)}: "
-            f"{first.worst_old:.4f} → {first.worst_new:.4f}, |Δ| {abs(first.worst_new - first.worst_old):.1e} > "
-            f"{first.tol:.1e} allowed; "
-            f"{t['diverged']} of {t['compared']} nodes beyond drift, in {t['tests_failed']} of {t['tests']} "
-            f"evaluation×layer tests{only}")

@@ -9,7 +9,8 @@ scripts/untie_output.py). Gemma2's tiny model is refused by the 2024 build (it k
 sizes: `GGML_ABORT` in its graph builder), the other architectures of make_arch_models.py are unknown to it.
 
 Correct builds drift (exit 0); one value moved in NEW is a regression (exit 1) named by node, layer, head and
-position; phi3's sliding window, applied in 2024 and ignored today, is a real change (exit 1).
+position, whether the drift model or check (which diff runs on each side) finds it; phi3's sliding window, applied
+in 2024 and ignored today, is a real change (exit 1).
 """
 from __future__ import annotations
 
@@ -153,6 +154,27 @@ def test_smollm2_moved_values_are_regressions(smollm2, tmp_path):
         first = doc["first_divergent"]
         assert code == 1 and (first["layer"], first["new"]["name"]) == (20, name), doc.get("first_divergent")
         assert first["worst"]["at"] == dict(zip(axes, index))
+
+
+def test_smollm2_moved_weight_fails_diff_with_and_without_the_model(smollm2, tmp_path):
+    """A softmax pair of layer 10 (of 30) moved by 0.05 in NEW, its row sum kept: check fails NEW, so diff and
+    diff --model fail it (a regression whatever the drift), naming the node, head and query as check does."""
+    old, new = pair(tmp_path, "cat", smollm2, CAT)
+    edit = DumpEdit(new, tmp_path / "moved.txt")
+    occ = _occurrence(edit, "kq_soft_max-10", "SOFT_MAX")
+    rows = [(h, q) for h in printed(edit.node("kq_soft_max-10", occ).ne[2]) for q in (1, 2)]
+    head, query = max(rows, key=lambda r: min(edit.get("kq_soft_max-10", (*r, 0), occ),
+                                              edit.get("kq_soft_max-10", (*r, 1), occ)))  # both weights ≥ 0.05
+    edit.add("kq_soft_max-10", (head, query, 0), -0.05, occ)
+    edit.add("kq_soft_max-10", (head, query, 1), 0.05, occ)
+    moved = edit.save()
+    for extra in ((), ("--model", smollm2)):
+        code, doc, err = attncheck("diff", old, moved, *extra)
+        assert code == 1 and doc["regression"] == "check", err[-2000:]
+        first = doc["check"]["new"]["failures"][0]
+        assert (first["layer"], first["node"], first["at"]["head"], first["at"]["query"]) == (10, "kq_soft_max-10",
+                                                                                              head, query)
+        assert doc["check"]["old"]["verdict"] == "pass"
 
 
 # ---- random-weight models of the architectures the 2024 build loads ---------------------------------------------

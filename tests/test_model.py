@@ -69,6 +69,9 @@ def test_every_dump_passes_with_its_model(entry):
     assert {c["error_model"] for _, c in model_checks(doc)} <= set(m["error_models"])
     layers = {s["layer"] for s in doc["sites"]}
     assert layers == {0, 1}
+    # every printed node is compared at its own place, but a node the dump ends inside (the logger's lost tail)
+    assert set(m["unchecked"]["by_reason"]) <= {"the dump ends inside it"}
+    assert m["nodes_checked"] + sum(m["unchecked"]["by_reason"].values()) == m["nodes_printed"] >= 60
     for s in doc["sites"]:
         checks = {c["check"] for c in s["checks"]}
         assert {"model_q", "model_k", "model_v"} <= checks
@@ -188,6 +191,38 @@ def test_one_moved_value_fails_named(tmp_path, dump, model, node, occurrence, in
     text = run("check", tmp_path / dump, "--model", model, "-q")
     assert f"layer 0 head {at['head']}" in text.out and f"position {at['pos']}" in text.out
     assert f"{node} (line {row})" in text.out
+
+
+# nodes inside a role, each compared with the reference at its own place (attncheck/model/chains.py): the projection
+# before RoPE, the norm before its weight, the FFN's gate, up and activation, the flattened V the store reads
+INNER = [
+    ("Qcur-0", 0, (0, 13, 255), 0.01, "model_q", "Qcur"),  # MUL_MAT {256, 14}: query 13, head 7, dim 31
+    ("Qcur-0", 1, (13, 7, 31), 0.01, "model_q", "Qcur"),  # its RESHAPE {32, 8, 14}, the same element
+    ("norm-0", 0, (0, 13, 255), 0.01, "model_attn_norm", "attn_norm"),  # RMS_NORM before the weight
+    ("Vcur-0 (reshaped) (reshaped)", 0, (0, 895, 0), 0.01, "model_vcur", "Vcur"),  # {1, 896}: query 13, col 63
+]
+
+
+@pytest.mark.parametrize("node,occurrence,index,delta,check_name,role", INNER, ids=[f"{n}#{o}" for n, o, *_ in INNER])
+def test_a_moved_value_inside_a_role_fails(tmp_path, node, occurrence, index, delta, check_name, role):
+    edit = DumpEdit(FIXTURES / "llama-gqa-long.txt", tmp_path / "d.txt")
+    line = edit.node(node, occurrence).line
+    edit.add(node, index, delta, occurrence)
+    edit.save()
+    doc, _ = check(tmp_path / "d.txt", "--model", LLAMA, code=1)
+    bad = [(s["layer"], c["check"], c["line"]) for s, c in model_checks(doc) if not c["passed"]
+           and c["check"] != "model_sum"]
+    assert bad == [(0, check_name, line)]
+    assert doc["model"]["first_failed"]["line"] == line
+
+
+@pytest.mark.parametrize("name,node", [("ffn_gate-0", "ffn_gate"), ("ffn_up-0", "ffn_up"),
+                                       ("ffn_swiglu-0", "ffn_act")])
+def test_ffn_nodes_are_compared(name, node):
+    """The FFN's gate, up and activation have checks of their own (layer 0 is past the attention: cascade)."""
+    doc, _ = check(FIXTURES / "llama-gqa-long.txt", "--model", LLAMA, code=0)
+    got = [c for _, c in model_checks(doc) if c["node"] == name and c["check"] == f"model_{node}"]
+    assert len(got) == 1 and got[0]["checked"] == 36 and got[0]["error_model"] == "cascade"
 
 
 def test_nmse_does_not_hide_one_moved_element(tmp_path):

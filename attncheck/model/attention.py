@@ -112,7 +112,11 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hp: Hparams, layer: i
     mins = None if k_mins is None else np.repeat(k_mins.transpose(1, 0, 2), group, axis=0)
     kq = matmul.dot(q.transpose(1, 0, 2), kh, k_fmt, mins)  # [H, T, T]
     out["kq"] = kq
-    scores = blocks.softcap(kq, hp.softcap) if hp.softcap else kq
+    scores = kq
+    if hp.softcap:  # blocks.softcap node by node: SCALE(1/cap), TANH, SCALE(cap)
+        out["kq_scores@scaled"] = blocks.scale(kq, float(F32(1) / F32(hp.softcap)))
+        out["kq_scores@tanh"] = np.tanh(out["kq_scores@scaled"]).astype(F32)
+        scores = blocks.scale(out["kq_scores@tanh"], hp.softcap)
     out["kq_scores"] = scores
     p = softmax(scores, _mask(t, hp, layer)[None], hp.kq_scale)
     out["kq_soft_max"] = p

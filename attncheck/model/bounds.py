@@ -92,7 +92,7 @@ FLIP_EXPECTED = 3.0  # ... and up to this many times the share a flip is expecte
 
 DERIVED = ("Qcur", "q_scaled", "q", "Kcur", "Krot", "Vcur", "Vrot", "k", "v", "kq", "kq_scores", "kq_soft_max",
            "kqv")  # quantities held to the layer-0 bound
-DERIVED_ROWS = ("inp_embd", "attn_norm")
+DERIVED_ROWS = ("inp_embd", "inp_pos", "attn_norm", "qkv")
 ERROR_MODELS = {
     "derived": "5e-5 + 2^-20|ref| + f32 summation noise + layer-0 rounding flips (q, P to the KV type; K, V "
                "stored) for at most 10% of the printed elements; NMSE <= 5e-4",

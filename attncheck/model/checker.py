@@ -13,6 +13,8 @@ from ..results import CheckResult, SiteReport
 from .bounds import ERROR_MODELS, FLIP_SHARE, NMSE_MAX, TAU, regime
 from .compare import NodeComparison
 from .expect import Expected
+from ..dump.roles import assign
+from .chains import global_chains, layer_chains
 from .mapping import Layer, map_evaluation
 from .runs import Runs
 from .summary import Summary
@@ -35,6 +37,7 @@ class ModelChecker:
     runs: Runs = field(init=False)
     summary: Summary = field(default_factory=Summary, init=False)
     activations: str = field(default="float", init=False)
+    _chain_cache: dict = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.model = load_model(self.path, self.header)
@@ -52,32 +55,52 @@ class ModelChecker:
         run = self.runs.current
         return None if run is None or run.expected is None else (run.expected, dict(run.arithmetic))
 
+    def _chains(self, layer: int | None) -> dict:
+        """The chains inside the roles of a layer (None: the input and output), chains.py; kept per layer."""
+        if layer not in self._chain_cache:
+            self._chain_cache[layer] = global_chains(self.model) if layer is None else layer_chains(self.model, layer)
+        return self._chain_cache[layer]
+
     def check(self, ev: Evaluation) -> list[SiteReport]:
-        """One SiteReport per mapped layer (of --layer), holding the model's CheckResults."""
-        layers = map_evaluation(ev)
-        if not layers:
-            return []
-        run = self.runs.of(ev, layers)
-        n_past, T = ev.n_past or 0, layers[0].T
+        """One SiteReport per mapped layer (of --layer), holding the model's CheckResults; every printed node of
+        the evaluation is counted, and those not compared are named with the reason (Summary.unchecked)."""
+        roles = assign(ev)
+        layers = map_evaluation(ev, roles, self._chains)
+        why: dict[int, str] = {}
         out = []
-        for L in layers:
-            if self.layers is not None and L.layer not in self.layers:
-                continue
-            results: list[CheckResult] = []
-            for m in L.mapped:
-                if m.node.cut:
-                    self.summary.skipped.append(f"{m.node.name} (line {m.node.line}): the dump ends inside it")
+        if layers:
+            run = self.runs.of(ev, layers)
+            n_past, T = ev.n_past or 0, layers[0].T
+            for L in layers:
+                if self.layers is not None and L.layer not in self.layers:
+                    for m in L.mapped:
+                        why[id(m.node)] = "not of the --layer layers"
                     continue
-                if m.node.line in ev.damaged and m.quantity == "rows":  # 2024 logs interleave stdout and stderr
-                    self.summary.skipped.append(f"{m.node.name} (line {m.node.line}): does not print as its ne says "
-                                                "(interleaved output?)")
-                    continue
-                per_head = bool({"head", "kvhead"} & set(m.labels)) or (m.labels[2] == "col" and m.quantity != "rows")
-                if self.heads is not None and not per_head:
-                    continue
-                results.extend(self._compare.check(ev.index, L, m, run, n_past, T))
-            out.append(self._site(ev, L, results))
+                results: list[CheckResult] = []
+                for m in L.mapped:
+                    results.extend(self._node(ev, L, m, run, n_past, T, why))
+                out.append(self._site(ev, L, results))
+        self.summary.count(ev, roles, why)
         return out
+
+    def _node(self, ev: Evaluation, L: Layer, m, run, n_past: int, T: int, why: dict[int, str]) -> list[CheckResult]:
+        """The checks of one mapped node, or why it has none (in `why`)."""
+        if m.node.cut:
+            why[id(m.node)] = "the dump ends inside it"
+            return []
+        if m.node.line in ev.damaged and m.quantity == "rows":  # 2024 logs interleave stdout and stderr
+            why[id(m.node)] = "does not print as its ne says (interleaved output?)"
+            return []
+        per_head = bool({"head", "kvhead"} & set(m.labels)) or ("col" in m.labels and m.quantity != "rows")
+        if self.heads is not None and not per_head:
+            why[id(m.node)] = "not of the --head heads"
+            return []
+        got = self._compare.check(ev.index, L, m, run, n_past, T)
+        if not got:
+            why[id(m.node)] = "its ne does not fit the reference"
+        else:
+            why[id(m.node)] = ""
+        return got
 
     def _site(self, ev: Evaluation, L: Layer, results: list[CheckResult]) -> SiteReport:
         """The layer's SiteReport; verify.py merges it into the dump-only one where flash attention is off."""
@@ -110,11 +133,12 @@ class ModelChecker:
             "error_models": ERROR_MODELS,
             "activations": self.activations, **self._allowance(),
             "flip_share": FLIP_SHARE,
-            "nodes_checked": len(s.notes),
+            "nodes_printed": s.printed,
+            "nodes_checked": s.checked,
+            "unchecked": s.unchecked_list(),
             "coverage": s.coverage,
             "by_check": s.by_check(),
             "first_beyond_print": s.first(lambda n: n.beyond_print > 0),
             "first_failed": s.first(lambda n: not n.passed),
             "cascade": s.cascade(),
-            "skipped": s.skipped,
         }

@@ -11,6 +11,7 @@ from .. import precision
 from ..dump.sample import Sample, parse_sample, row_line
 from ..results import CheckResult, Failure, Location, compare, compare_value, located
 from .bounds import F32_REL, FLIP_EXPECTED, FLIP_SHARE, NMSE_MAX, PRINT, TAU, node_class, regime
+from .grid import coords
 from .node_expectation import Expectation, expectation
 from .mapping import KV_QUANTITIES, Layer, Mapped
 from .runs import Run
@@ -46,7 +47,6 @@ class NodeComparison:
         s = parse_sample(node, self.source)
         e = expectation(run.expected, L, m, n_past, T, tuple(s.index[1:]))  # type: ignore[arg-type]
         if e is None:
-            self.summary.skipped.append(f"{node.name} (line {node.line}): its ne does not fit the reference")
             return []
         keep = self._head_mask(m, s, L)
         exp = run.expected
@@ -121,25 +121,26 @@ class NodeComparison:
         group = L.H // L.H_kv
         kv_heads = {h // group for h in self.heads}
         keep = np.ones(shape, bool)
-        for axis, label in enumerate(m.labels):
-            logical = s.index[1 + axis]
+        for label, logical in zip(m.labels, coords(tuple(s.index[1:]), m.via)):
             if label == "head":
                 sel = np.isin(logical, sorted(self.heads))
             elif label == "kvhead":
                 sel = np.isin(logical, sorted(kv_heads))
-            elif label == "col":
+            elif label == "col" and m.quantity != "rows":
                 per = m.quantity in KV_QUANTITIES
                 sel = np.isin(logical // L.D_h, sorted(kv_heads if per else self.heads))
             else:
                 continue
-            keep &= sel.reshape([-1 if a == axis else 1 for a in range(3)])
+            keep &= sel
         return keep
 
     @staticmethod
     def _locator(m: Mapped, s: Sample, idx, L: Layer, n_past: int, T: int):
         """Element i of the compared (flattened) elements → its Location."""
-        logical = [s.index[1 + a][idx[a]] for a in range(3)]
-        n_rows = m.node.ne[1]
+        full = coords(tuple(s.index[1:]), m.via)  # the indices of the node `labels` describe
+        logical = [full[a][idx] for a in range(3)]
+        own = [s.index[1 + a][idx[a]] for a in range(3)]  # this node's, for the printed row's line
+        n_rows = m.ne[1]
 
         def where(i: int) -> Location:
             at: dict[str, int | None] = {"head": None, "query": None, "slot": None, "dim": None, "pos": None}
@@ -151,6 +152,8 @@ class NodeComparison:
                     at["query"] = v
                 elif label == "row":
                     at["query"] = T - n_rows + v
+                elif label == "query" and m.quantity in ("k", "v"):  # a store's rows: this evaluation's slots
+                    at["slot"] = n_past + v
                 elif label == "slot":
                     at["slot"] = v
                 elif label == "dim":
@@ -167,7 +170,7 @@ class NodeComparison:
             return Location(**at)
 
         # the line of the printed row that holds element i (looked up for failures only)
-        where.line_of = lambda i: row_line(m.node, 0, int(logical[0][i]), int(logical[1][i]))  # type: ignore
+        where.line_of = lambda i: row_line(m.node, 0, int(own[0][i]), int(own[1][i]))  # type: ignore
         query_heads = m.quantity in QUERY_HEADS  # K/V elements belong to a KV head
         for label, values in zip(m.labels, logical):
             if query_heads and label in ("head", "col"):

@@ -67,13 +67,18 @@ class Layer0:
         g = gamma(hp.n_embd) + 3 * U32  # + the bias ADD and RoPE's own roundings
         out = {"Qcur": g * q.reshape(t, hp.n_head, -1), "Kcur": g * k.reshape(t, hp.n_head_kv, -1),
                "Vcur": g * v.reshape(t, hp.n_head_kv, -1)}
-        for name, proj, w in (("Qcur", "Qproj", "attn_q_norm"), ("Kcur", "Kproj", "attn_k_norm")):
-            if r.has(0, proj):  # RMS_NORM per head, MUL by its weight: y = p·s·w, s = 1/sqrt(mean p² + eps)
+        out["qkv"] = out["qkv@mm"] = g * np.concatenate([q, k, v], axis=-1)[None]  # fused: [1, T, width] (rows)
+        for name in ("Qcur", "Kcur", "Vcur"):  # the projection before its bias, reshape, q/k norm and RoPE
+            out[name + "@mm"] = out[name + "@proj"] = out[name]
+        for name, proj, w in (("Qcur", "Qcur@proj", "attn_q_norm"), ("Kcur", "Kcur@proj", "attn_k_norm")):
+            if r.has(0, name + "@norm"):  # RMS_NORM per head, MUL by its weight: y = p·s·w, s = 1/sqrt(mean p² + eps)
                 p = np.asarray(r.get(0, proj), np.float64)
                 ms = (p * p).mean(-1, keepdims=True) + hp.norm_eps
                 ds = (np.abs(p) * out[name]).mean(-1, keepdims=True) / ms  # |Δs / s|
                 wn = np.abs(m.tensor(f"blk.0.{w}.weight"))
-                out[name] = wn * (out[name] + np.abs(p) * ds) / np.sqrt(ms) + 3 * U32 * np.abs(r.get(0, name))
+                raw = (out[name] + np.abs(p) * ds) / np.sqrt(ms) + 3 * U32 * np.abs(r.get(0, name + "@norm"))
+                out[name + "@norm"] = raw
+                out[name] = out[name + "@normw"] = wn * raw + U32 * np.abs(r.get(0, name + "@normw"))
         for name in ("Qcur", "Kcur") if hp.rope_dim else ():  # RoPE mixes each pair
             a, n = out[name].copy(), hp.rope_dim
             if hp.forward.positions == "rope_neox":
@@ -108,7 +113,7 @@ class Layer0:
             return self._cache[key]
         out: np.ndarray | None = None
         exact_k, exact_v = self.kv_type == "f32", self.v_type == "f32"  # nothing rounds their noise away
-        if quantity in ("Qcur", "q_scaled", "q", "Kcur", "Krot", "Vcur", "Vrot"):
+        if quantity in self._input_noise():
             out = self._input_noise()[quantity]
         elif quantity == "k" and exact_k:
             out = self._input_noise()["Krot"].transpose(1, 0, 2)  # [H_kv, T, D_h]
@@ -116,6 +121,9 @@ class Layer0:
             out = self._input_noise()["Vrot"].transpose(1, 2, 0)  # [H_kv, D_h, T]
         elif quantity in ("kq", "kq_scores", "kq_soft_max", "kqv"):
             out = self._attention_noise(quantity, exact_k, exact_v)
+        elif quantity.startswith("kq_scores@"):  # kq/cap and its tanh (tanh' <= 1): kq's noise over the cap
+            cap = self.ref.hparams.softcap
+            out = self.noise("kq") / cap + 4 * U32 * np.abs(self.ref.get(0, quantity))  # type: ignore[operator]
         self._cache[key] = out
         return out
 

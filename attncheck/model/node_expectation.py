@@ -54,16 +54,16 @@ def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int,
     flash = L.flash and m.quantity == "kqv"
     derived = (ref_layer == 0 and m.quantity in DERIVED) or (m.role in DERIVED_ROWS and ref_layer in (0, None))
     canon = CANONICAL[m.quantity]
-    position = position_after_matmul(node) if m.quantity == "rows" else None
-    ref = exp.value(m.quantity, m.role, ref_layer, position)
-    g = locate(canon, m.labels, node.ne, n_past, T, printed, ref.shape)
+    position = position_after_matmul(node) if m.quantity == "rows" and m.key is None else None
+    ref = exp.value(m.quantity, m.role, ref_layer, position, m.key)
+    g = locate(canon, m.labels, m.ne, n_past, T, printed, ref.shape, m.via, m.before)
     if g is None:
         return None
     terms = []
     if flash:
         terms.append(exp.flash(ref_layer))  # type: ignore[arg-type]
     if derived and ref_layer == 0:
-        terms.append(exp.noise(m.quantity))
+        terms.append(exp.noise(m.key or m.quantity))
     terms = [t for t in terms if t is not None]
     flips = exp.flips(m.quantity, flash) if derived and ref_layer == 0 else None
     touched = exp.touched(m.quantity) if flips is not None else None

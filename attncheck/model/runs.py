@@ -17,8 +17,10 @@ from .numerics import KV_TYPES
 from .reference import forward
 from .token_ids import recover
 
-EMBEDDINGS = "embeddings"  # Run.origin of ids looked up in the model's embedding table
 from .weights import Model
+
+EMBEDDINGS = "embeddings"  # Run.origin of ids looked up in the model's embedding table
+
 
 
 def _spans(positions: list[int]) -> str:
@@ -175,8 +177,9 @@ class Runs:
             if m.quantity not in ("q", "kqv") or L.flash or m.node.cut:
                 continue
             s = parse_sample(m.node, self.source)
-            ref = exp.value(m.quantity, m.role, 0)
-            g = locate(CANONICAL[m.quantity], m.labels, m.node.ne, n_past, L.T, tuple(s.index[1:]), ref.shape)
+            ref = exp.value(m.quantity, m.role, 0, key=m.key)
+            g = locate(CANONICAL[m.quantity], m.labels, m.ne, n_past, L.T, tuple(s.index[1:]), ref.shape, m.via,
+                       m.before)
             if g is None:
                 continue
             want = g.take(ref)
@@ -210,7 +213,7 @@ class Runs:
                                 f"heads of D_h = {L.D_h}; {path} ({hp.arch}) has {hp.n_layer} layers, "
                                 f"{hp.n_head} query heads, {hp.n_head_kv} KV heads of D_h = {hp.head_dim}")
             for m in L.mapped:
-                if m.quantity == "rows":
+                if m.quantity == "rows" and m.key is None and not m.via:
                     width = {"result_output": hp.n_vocab, "kqv_unrot": hp.n_head * hp.head_dim}.get(m.role, hp.n_embd)
                     if m.node.ne[0] != width:
                         raise DumpError(self.source, m.node.line,

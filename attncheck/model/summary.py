@@ -1,5 +1,5 @@
 """What `--model` keeps of a whole dump for the JSON `model` block: per checked node a note, coverage of the
-attention nodes, what was skipped, the first node beyond print precision and the first failing one."""
+attention nodes, the printed nodes counted and those not compared with why, the first node beyond print precision and the first failing one."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,11 +26,44 @@ class NodeNote:
     tau_needed: float | None = None  # cascade nodes: the TAU their worst element needed
 
 
+UNCHECKED_LISTED = 1000  # unchecked nodes the JSON lists one by one (all are counted by reason)
+
+
 @dataclass
 class Summary:
     notes: list[NodeNote] = field(default_factory=list)
     coverage: dict[str, dict[str, int]] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)
+    printed: int = 0  # printed nodes of the evaluations seen (a quantized cache prints none)
+    checked: int = 0  # of them, compared with the reference
+    unchecked: list[tuple[int, int, str, str]] = field(default_factory=list)  # (evaluation, line, node, why)
+
+    def count(self, ev, roles, why: dict[int, str]) -> None:
+        """Count an evaluation's printed nodes; those not compared keep their reason (`why`: "" = compared; a node
+        absent from it has no place in the reference forward pass)."""
+        for n in ev.nodes:
+            if n.quantized:
+                continue
+            self.printed += 1
+            reason = why.get(id(n))
+            if reason == "":
+                self.checked += 1
+                continue
+            if reason is None and n.cut:
+                reason = "the dump ends inside it"
+            if reason is None:
+                role = roles.of.get(id(n))
+                reason = (f"no node of the reference forward pass is at its place ({role.name}, {n.op})"
+                          if role is not None else f"no node of the reference forward pass is at its place ({n.op})")
+            self.unchecked.append((ev.index, n.line, n.name, reason))
+
+    def unchecked_list(self) -> dict:
+        """Unchecked nodes: the count by reason, and the first UNCHECKED_LISTED one by one."""
+        by: dict[str, int] = {}
+        for *_, why in self.unchecked:
+            by[why] = by.get(why, 0) + 1
+        return {"by_reason": dict(sorted(by.items(), key=lambda kv: -kv[1])),
+                "nodes": [{"evaluation": e, "line": line, "node": name, "why": why}
+                          for e, line, name, why in self.unchecked[:UNCHECKED_LISTED]]}
 
     def note(self, evaluation: int, layer: int, node, res: CheckResult, error_model: str, beyond: int,
              tau_needed: float | None = None) -> None:

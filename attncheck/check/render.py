@@ -309,7 +309,8 @@ TOKENS_FROM = {"embeddings": "the log printed none: looked up from its printed e
 
 
 def model_checked(report: Report) -> bool:
-    return report.model is not None and report.model.get("forward", True) is not None
+    return (report.model is not None and report.model.get("forward", True) is not None
+            and report.model.get("nodes_checked", 1) > 0)
 
 
 def render(report: Report, console: Console, *, quiet: bool = False, verbose: bool = False) -> None:

@@ -16,7 +16,7 @@ from .expect import Expected
 from ..dump.roles import assign
 from .chains import global_chains, layer_chains
 from .mapping import Layer, map_evaluation
-from .runs import Runs
+from .runs import MissingIds, Runs
 from .summary import Summary
 from ..arch.gguf_header import Header
 from .weights import Model, load_model
@@ -33,11 +33,13 @@ class ModelChecker:
     layers: frozenset[int] | None = None
     heads: frozenset[int] | None = None
     header: Header | None = None  # the model's header when the caller has read it already
+    require_ids: bool = True  # False: a run whose token ids are unknown is not checked against the model (said so)
     model: Model = field(init=False)
     runs: Runs = field(init=False)
     summary: Summary = field(default_factory=Summary, init=False)
     activations: str = field(default="float", init=False)
     _chain_cache: dict = field(default_factory=dict, init=False)
+    without_ids: dict[int, str] = field(default_factory=dict, init=False)  # run → why it was not checked
 
     def __post_init__(self) -> None:
         self.model = load_model(self.path, self.header)
@@ -68,8 +70,19 @@ class ModelChecker:
         layers = map_evaluation(ev, roles, self._chains)
         why: dict[int, str] = {}
         out = []
+        if layers and ev.run not in self.without_ids:
+            try:
+                run = self.runs.of(ev, layers)
+            except MissingIds as e:
+                if self.require_ids:
+                    raise
+                self.without_ids[ev.run] = e.message
+                self.runs.finish(complete=False)  # what a run checked before its ids ran out stays reported
+        if ev.run in self.without_ids:
+            why = {id(n): "the run's token ids are unknown (the log prints none; pass them with --tokens)"
+                   for n in ev.nodes}
+            layers = []
         if layers:
-            run = self.runs.of(ev, layers)
             n_past, T = ev.n_past or 0, layers[0].T
             for L in layers:
                 if self.layers is not None and L.layer not in self.layers:
@@ -129,7 +142,8 @@ class ModelChecker:
             "arch": hp.arch,
             "hparams": {"n_layer": hp.n_layer, "n_embd": hp.n_embd, "n_head": hp.n_head, "n_head_kv": hp.n_head_kv,
                         "head_dim": hp.head_dim, "kq_scale": hp.kq_scale, "n_vocab": hp.n_vocab},
-            "runs": self.runs.finished,
+            "runs": self.runs.finished + [{"run": r, "tokens": None, "tokens_from": None, "not_checked": why}
+                                          for r, why in sorted(self.without_ids.items())],
             "error_models": ERROR_MODELS,
             "activations": self.activations, **self._allowance(),
             "flip_share": FLIP_SHARE,

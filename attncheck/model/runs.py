@@ -22,6 +22,9 @@ from .weights import Model
 EMBEDDINGS = "embeddings"  # Run.origin of ids looked up in the model's embedding table
 
 
+class MissingIds(DumpError):
+    """A run whose token ids the log does not print and the model's embeddings cannot give (--tokens gives them)."""
+
 
 def _spans(positions: list[int]) -> str:
     """[3, 4, 5, 7] → "3..5, 7"."""
@@ -113,7 +116,7 @@ class Runs:
         """The evaluation's token ids from its printed embedding rows, or a DumpError naming those not found."""
         got = recover(self.model, ev, self.source)
         if got is None:
-            raise DumpError(self.source, line, "the log holds no token ids (llama.cpp before the `number of input "
+            raise MissingIds(self.source, line, "the log holds no token ids (llama.cpp before the `number of input "
                                                "tokens` lines) and prints no embedding rows to look them up from; "
                                                "pass them with --tokens 1,2,3")
         if not got.complete:
@@ -122,7 +125,7 @@ class Runs:
             for p, w in sorted(got.unknown.items()):
                 reasons.setdefault(w, []).append(p)
             why = "; ".join(f"positions {_spans(ps)}: {w}" for w, ps in reasons.items())
-            raise DumpError(self.source, line, f"the log holds no token ids; looked up in the model's embeddings "
+            raise MissingIds(self.source, line, f"the log holds no token ids; looked up in the model's embeddings "
                                                f"(position: id): {known or 'none'}; the ids at {why}; pass them "
                                                "with --tokens 1,2,3")
         return tuple(int(i) for i in got.ids)  # type: ignore[arg-type]

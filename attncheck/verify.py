@@ -159,7 +159,8 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
             from .model.checker import ModelChecker  # imports gguf: only when a model is given
 
             model = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens, header=header,
-                                 layers=opts.layers, heads=opts.heads, require_ids=opts.require_ids)
+                                 layers=opts.layers, heads=opts.heads, require_ids=opts.require_ids,
+                                 deferred=observe is None)  # the HTML page draws each evaluation's reference
         else:
             report.model = {"path": opts.model, "arch": header.arch, "forward": None,
                             "note": f"attncheck has no reference forward pass for {header.arch!r}: the printed numbers "

@@ -36,10 +36,12 @@ class Cache:
     v_rot: int = 0
 
     @staticmethod
-    def of(k_type: str, v_type: str, d_k: int, d_v: int) -> "Cache":
+    def of(k_type: str, v_type: str, d_k: int, d_v: int, rotates: bool = True) -> "Cache":
         """llama.cpp's rule: K is rotated when its type is quantized and D_k % 64 == 0 (by the largest power of two
-        dividing D_k), V likewise by 64."""
+        dividing D_k), V likewise by 64; builds before the rotation (2024's) never rotate (rotates False)."""
         k_rot = 0
+        if not rotates:
+            return Cache(k_type, v_type, 0, 0)
         if k_type in QUANTIZED and d_k % 64 == 0:
             k_rot = 64
             while d_k % (k_rot * 2) == 0:

@@ -41,7 +41,7 @@ CANONICAL = {
 }
 KV_QUANTITIES = ("k", "v", "Kcur", "Vcur", "Krot", "Vrot")  # per KV head
 ROW_ROLES = ("inp_embd", "attn_norm", "kqv_unrot", "attn_out", "attn_post", "ffn_inp", "ffn_norm", "ffn_out",
-             "ffn_post", "l_out", "result_norm", "result_output")
+             "ffn_post", "attn_ffn", "l_out", "result_norm", "result_output")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ rows, and the output projection only at the vocabulary entries a dump prints (th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,6 +90,7 @@ class _Pass:
         self.out: dict[tuple[int | None, str], np.ndarray] = {}
         self.steps: dict[tuple[int | None, str], tuple[np.ndarray, ...]] = {}  # Reference.steps
         self.exact = True  # f64 sums in layer 0 (held to print precision), f32 in deeper layers
+        self.cols: np.ndarray | None = None  # the vocabulary entries the logits are computed at
 
     def linear(self, prefix: str, x: np.ndarray, key: tuple[int | None, str] | None = None) -> np.ndarray:
         """MUL_MAT with `prefix.weight`, then ADD `prefix.bias` when the model has one; with a key (layer, role), the
@@ -206,7 +207,8 @@ class _Pass:
         out[(il, "attn_post")] = post
         if fw.parallel:  # falcon: the FFN reads attn_norm; l_out = (ffn_out + attn_out) + x
             ffn = self.ffn(p, cur)
-            y = ((ffn + attn_out).astype(F32) + x).astype(F32)
+            out[(il, "attn_ffn")] = (ffn + attn_out).astype(F32)
+            y = (out[(il, "attn_ffn")] + x).astype(F32)
         else:
             ffn_inp = (post + x).astype(F32)
             out[(il, "ffn_inp")] = ffn_inp
@@ -238,12 +240,7 @@ class _Pass:
         return steps[-1], cols
 
 
-def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
-            f16_src1: str = "convert") -> Reference:
-    """Evaluate the whole prompt at once (causal), returning every node the mapping compares, per layer.
-
-    kv_type is the K cache's type (and V's, unless v_type is given): f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1,
-    iq4_nl."""
+def _start(model: Model, tokens: Sequence[int], kv_type: str, v_type: str | None, f16_src1: str):
     v_type = v_type or kv_type
     for kind in (kv_type, v_type):
         if kind not in KV_TYPES:
@@ -256,13 +253,30 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type
         raise ValueError("forward needs at least one token")
     if max(toks) >= hp.n_vocab or min(toks) < 0:
         raise ValueError(f"token id out of range for a vocabulary of {hp.n_vocab}")
+    if hp.forward.positions == "learned" and len(toks) > hp.n_ctx_train:
+        raise ValueError(f"{len(toks)} tokens exceed the {hp.n_ctx_train} learned positions")
+    return toks, v_type
+
+
+def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
+                   f16_src1: str = "convert", rotates: bool = True) -> Iterator[Reference]:
+    """The forward pass one layer at a time, for memory that does not grow with depth: a Reference per layer holding
+    that layer's nodes (the first also inp_embd, each the l_out of the layer before it: a norm's input), then one
+    holding result_norm and result_output (and the last l_out). Each is dropped by the pass once yielded."""
+    toks, v_type = _start(model, tokens, kv_type, v_type, f16_src1)
+    hp = model.hparams
     t = len(toks)
-    cache = Cache.of(kv_type, v_type, hp.head_dim, hp.head_dim)
+    cache = Cache.of(kv_type, v_type, hp.head_dim, hp.head_dim, rotates)
     run = _Pass(model, f16_src1, cache)
+
+    def part() -> Reference:
+        ref = Reference(hparams=hp, tokens=tuple(toks), kv_type=kv_type, tensors=run.out, f16_src1=f16_src1,
+                        cache=cache, vocab_cols=run.cols, steps=run.steps)
+        run.out, run.steps = {}, {}
+        return ref
+
     steps = [model.rows("token_embd.weight", toks)]  # GET_ROWS dequantizes exactly
     if hp.forward.positions == "learned":
-        if t > hp.n_ctx_train:
-            raise ValueError(f"{t} tokens exceed the {hp.n_ctx_train} learned positions")
         run.out[(None, "inp_pos")] = model.rows("position_embd.weight", np.arange(t))
         steps.append((steps[-1] + run.out[(None, "inp_pos")]).astype(F32))
     if hp.embd_scale:
@@ -271,7 +285,25 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type
     x = steps[-1]
     for il in range(hp.n_layer):
         x = run.layer(il, x)
+        yield part()
+        run.out[(il, "l_out")] = x  # the next layer's norm input (and result_norm's)
     cur = run.norm("output_norm", x, key=(None, "result_norm"))
-    run.out[(None, "result_output")], cols = run.logits(cur)
-    return Reference(hparams=hp, tokens=tuple(toks), kv_type=kv_type, tensors=run.out, f16_src1=f16_src1,
-                     cache=cache, vocab_cols=cols, steps=run.steps)
+    run.out[(None, "result_output")], run.cols = run.logits(cur)
+    yield part()
+
+
+def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
+            f16_src1: str = "convert", rotates: bool = True) -> Reference:
+    """Evaluate the whole prompt at once (causal), returning every node the mapping compares, per layer.
+
+    kv_type is the K cache's type (and V's, unless v_type is given): f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1,
+    iq4_nl."""
+    tensors: dict = {}
+    steps: dict = {}
+    ref = None
+    for ref in forward_layers(model, tokens, kv_type=kv_type, v_type=v_type, f16_src1=f16_src1, rotates=rotates):
+        tensors.update(ref.tensors)
+        steps.update(ref.steps)
+    assert ref is not None
+    return Reference(hparams=ref.hparams, tokens=ref.tokens, kv_type=kv_type, tensors=tensors, f16_src1=f16_src1,
+                     cache=ref.cache, vocab_cols=ref.vocab_cols, steps=steps)

@@ -38,6 +38,7 @@ class Options:
     tokens: tuple[int, ...] | None = None
     tolerance: FixedTolerance | None = None  # --atol/--rtol in place of the derived bounds of the dump-only checks
     jobs: int | None = None  # processes reading the dump (None: every core); results do not depend on it
+    require_ids: bool = True  # False: a run whose token ids cannot be had gets its dump-only checks, and says why
 
 
 def _options(options: Options | None, kw: dict) -> Options:
@@ -158,7 +159,8 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
             from .model.checker import ModelChecker  # imports gguf: only when a model is given
 
             model = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens, header=header,
-                                 layers=opts.layers, heads=opts.heads)
+                                 layers=opts.layers, heads=opts.heads, require_ids=opts.require_ids,
+                                 deferred=observe is None)  # the HTML page draws each evaluation's reference
         else:
             report.model = {"path": opts.model, "arch": header.arch, "forward": None,
                             "note": f"attncheck has no reference forward pass for {header.arch!r}: the printed numbers "
@@ -184,6 +186,10 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
             report.stopped_early = True
             break
     _fill(report, dump.source, read, summary)
+    for r in (report.model or {}).get("runs") or []:
+        if r.get("not_checked"):
+            report.warnings.append(printable(f"{dump.source}: run {r['run']} not checked against the model "
+                                             f"(its dump-only checks were run): {r['not_checked']}"))
     if header is not None:  # with a model, each run's tokens as text (its vocabulary)
         report.token_text = [token_text(header.meta, t if t is not None else opts.tokens) for t in report.tokens]
     return report

@@ -176,8 +176,9 @@ def verdict(report: Report) -> str:
                f"in {t['sites']} site{'s' * (t['sites'] != 1)} ({evs})" + (f"; {t['step_elements_checked']} elements of the steps between kq "
                                                   "and SOFT_MAX" if t["step_elements_checked"] else ""))
     if t.get("model_nodes_checked"):
+        of = f" of {report.model['nodes_printed']} printed" if report.model and report.model.get("nodes_printed") else ""
         covered += (f"; with the model: {t['model_elements_checked']} printed elements of "
-                    f"{t['model_nodes_checked']} nodes (kq {t['model_kq_elements_checked']}) and "
+                    f"{t['model_nodes_checked']}{of} nodes (kq {t['model_kq_elements_checked']}) and "
                     f"{t['model_sums_checked']} sums")
     used = hypotheses_used(report)
     if used:
@@ -281,10 +282,15 @@ def coverage_lines(report: Report) -> list[str]:
         lines.append(f"--model {m['path']} ({m['arch']}): {m['note']}")
     elif m is not None:
         first = m.get("first_beyond_print")
-        lines.append(f"--model {m['path']} ({m['arch']}): every printed element of {t['model_nodes_checked']} nodes "
-                     "against its reference forward pass, kq and every printed query row included; first node "
-                     "beyond print precision: " + (f"{first['node']} (eval {first['evaluation']}, layer "
-                                                    f"{first['layer']}, line {first['line']})" if first else "none"))
+        lines.append(f"--model {m['path']} ({m['arch']}): {m['nodes_checked']} of {m['nodes_printed']} printed nodes "
+                     "checked, every printed element of each against the reference forward pass at its own place, "
+                     "kq and every printed query row included; first node beyond print precision: "
+                     + (f"{first['node']} (eval {first['evaluation']}, layer {first['layer']}, line {first['line']})"
+                        if first else "none"))
+        unchecked = (m.get("unchecked") or {}).get("by_reason") or {}
+        if unchecked:
+            lines.append("not checked against the model: " + "; ".join(f"{n} node{'s' * (n != 1)}: {why}"
+                                                                       for why, n in unchecked.items()))
     for r in (m or {}).get("runs") or []:
         if r.get("tokens_from") not in (None, "log"):
             lines.append(f"token ids of run {r['run']}: {r['tokens']} ({TOKENS_FROM.get(r['tokens_from'], r['tokens_from'])})")
@@ -304,7 +310,8 @@ TOKENS_FROM = {"embeddings": "the log printed none: looked up from its printed e
 
 
 def model_checked(report: Report) -> bool:
-    return report.model is not None and report.model.get("forward", True) is not None
+    return (report.model is not None and report.model.get("forward", True) is not None
+            and report.model.get("nodes_checked", 1) > 0)
 
 
 def render(report: Report, console: Console, *, quiet: bool = False, verbose: bool = False) -> None:

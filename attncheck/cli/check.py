@@ -40,7 +40,7 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fai
     from ..verify import Options, verify
 
     opts = Options(kq_scale=kq_scale, layers=frozenset(layers) or None, heads=frozenset(heads) or None,
-                   fail_fast=fail_fast, model=model, tokens=parse_tokens(tokens), jobs=jobs,
+                   fail_fast=fail_fast, model=model, tokens=parse_tokens(tokens), jobs=jobs, require_ids=False,
                    tolerance=None if atol is None and rtol is None else FixedTolerance(atol or 0.0, rtol or 0.0))
     console = make_console(stderr=json_out == "-")
     if not dumps and sys.stdin.isatty():  # reading a terminal would wait for input that never comes

@@ -26,8 +26,9 @@ _HEADER = re.compile(
 )
 _DAMAGED_NAME = re.compile(r"(.*?) = \(")  # a damaged header may still say whose it was
 _SRC = re.compile(r"(?P<name>.*?)\{(?P<ne>[-\d, ]+)\}$")
-_TOKENS = re.compile(rb"number of input tokens = (\d+)[^\n]*\n")
-_TOKEN_ID = re.compile(rb"[^\n]*?\s(\d+)[ \t\r]*\n")
+# a count is a size_t (at most 20 digits), a token id an int32 (10): more digits are no count or id llama.cpp printed
+_TOKENS = re.compile(rb"number of input tokens = (\d{1,20})(?!\d)[^\n]*\n")
+_TOKEN_ID = re.compile(rb"[^\n]*?\s(\d{1,10})[ \t\r]*\n")
 _PRINTED_LINE = re.compile(rb"(?m)^[ \t]+(?:\[|\]|sum = )")  # a line of a printed tensor (log lines start in column 0)
 
 
@@ -251,12 +252,24 @@ def _ends_whole(body: bytes, quantized: bool) -> bool:
     return last.strip().startswith(b"sum = ")
 
 
+def _log_find(text: bytes, key: bytes) -> int:
+    """Where `key` first stands in a log line (one that does not start with a blank: printed rows always do, so
+    the same words inside a damaged row start no run), or -1."""
+    at = text.find(key)
+    while at >= 0:
+        start = text.rfind(b"\n", 0, at) + 1
+        if text[start:start + 1] not in (b" ", b"\t"):
+            return at
+        at = text.find(key, at + 1)
+    return at
+
+
 def _tokens(text: bytes, line: int, source: str) -> Iterator[RunStart]:
     """A run starts where llama.cpp's start-up log sits between nodes: `system_info:` (both formats) and, today,
     `number of input tokens = N` followed by one id per line. One RunStart per gap between nodes."""
-    at_info = text.find(b"system_info:")
-    at = text.find(b"number of input tokens")
-    kv = text.find(b"llama_model_loader: - kv")
+    at_info = _log_find(text, b"system_info:")
+    at = _log_find(text, b"number of input tokens")
+    kv = _log_find(text, b"llama_model_loader: - kv")
     header = None
     if kv >= 0:
         header = parse_log_header(text[kv:].decode("utf-8", "replace"), line + text.count(b"\n", 0, kv))

@@ -82,11 +82,12 @@ def _fits(shape: tuple[int, list[int]], sites, source: str, header: Header) -> N
         if s.layer < n_layer and heads[s.layer] == s.H:
             continue
         m = header.meta
-        kv = m.get(f"{header.arch}.attention.head_count_kv", heads[0])
-        d = m.get(f"{header.arch}.attention.key_length") or (m[f"{header.arch}.embedding_length"] // heads[0])
+        h = next((n for n in heads if n), 1)  # a hybrid's first layers may have none
+        kv = m.get(f"{header.arch}.attention.head_count_kv", h)
+        d = m.get(f"{header.arch}.attention.key_length") or (m[f"{header.arch}.embedding_length"] // h)
         raise DumpError(source, s.softmax.line,
                         f"the model does not fit this dump: layer {s.layer} has {s.H} query heads, {s.H_kv} KV heads "
-                        f"of D_h = {s.D_h}; {header.path} ({header.arch}) has {n_layer} layers, {heads[0]} query "
+                        f"of D_h = {s.D_h}; {header.path} ({header.arch}) has {n_layer} layers, {h} query "
                         f"heads, {kv if not isinstance(kv, list) else kv[0]} KV heads of D_h = {d}")
 
 

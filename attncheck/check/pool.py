@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
+import signal
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
@@ -65,6 +66,18 @@ def fork_context():
     return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
 
 
+def _worker_signals() -> None:
+    """A worker leaves Ctrl-C to the parent (a terminal sends SIGINT to the whole process group; the parent ends
+    its workers and says it was interrupted, cli/interrupt.py) and dies quietly of SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def worker_pool(jobs: int) -> ProcessPoolExecutor:
+    """The pool of `jobs` worker processes that `check`, `list` and `diff -j` read and diff in."""
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=fork_context(), initializer=_worker_signals)
+
+
 def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take: Take = gather
              ) -> Iterator[PartResult]:
     """The parts' results in dump order: in this process (jobs 1) or a pool of `jobs` workers, a few parts ahead."""
@@ -72,7 +85,7 @@ def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take
         for part in parts(stream):
             yield gather_part(part, source, layers, take)
         return
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=fork_context()) as pool:
+    with worker_pool(jobs) as pool:
         ahead: list[Future] = []
         for part in parts(stream):
             ahead.append(pool.submit(gather_part, part, source, layers, take))

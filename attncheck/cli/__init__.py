@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import signal
 import sys
 
 import click
@@ -11,6 +12,7 @@ import click
 from ..check.report import EXIT_INPUT
 from .check import check, run
 from .common import fail
+from .interrupt import Interrupted, catch_signals, ignore_signals
 from .listing import list_
 from .others import diff_, inspect_
 
@@ -48,8 +50,13 @@ for command in (check, list_, run, inspect_, diff_):
 def entry() -> None:
     """The console script: the click group, with a usage error as one line (exit 2) and an exception no command
     expected (a bug) turned into one line and exit 2, never a traceback."""
+    catch_signals()
     try:
         code = main.main(prog_name="attncheck", standalone_mode=False)
+    except Interrupted as e:  # Ctrl-C (130) or SIGTERM (143): no verdict, and not a failed check (exit 1)
+        ignore_signals()
+        click.echo(f"attncheck: interrupted ({e.name}): no verdict", err=True)
+        sys.exit(e.exit_code)
     except click.UsageError as e:
         where = f" (attncheck {e.ctx.info_name} --help)" if e.ctx is not None and e.ctx.parent is not None else \
             " (attncheck --help)"
@@ -58,9 +65,9 @@ def entry() -> None:
     except click.ClickException as e:
         fail(e.format_message().replace("\n", " "))
         sys.exit(e.exit_code)
-    except click.Abort:
-        click.echo("Aborted!", err=True)
-        sys.exit(1)
+    except click.Abort:  # click's word for an interrupted prompt: interrupted as well
+        click.echo("attncheck: interrupted: no verdict", err=True)
+        sys.exit(128 + signal.SIGINT)
     except Exception as e:
         fail(f"internal error ({type(e).__name__}: {e}); please report it with the input")
         sys.exit(EXIT_INPUT)

@@ -1,6 +1,7 @@
 """`attncheck check` and `attncheck run`: dumps through verify, the report as tables, JSON, JUnit and a page."""
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -8,6 +9,7 @@ import click
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, Report, multi_dict
 from ..errors import DumpError, ModelError
 from ..inspect.walk import span
+from ..run import STALL
 from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option, json_option,
                      junit_option, output_target, tokens as parse_tokens, vocab, write_html, write_json)
 
@@ -117,8 +119,10 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fai
 @click.option("-q", "--quiet", is_flag=True, help="Only the failures and the verdict line.")
 @click.option("--dump-only", is_flag=True, help="Check from the dump alone: do not recompute from -m's weights.")
 @html_option("the report, a layer × head grid and each head's heatmaps")
+@click.option("--stall-timeout", "stall", type=TOLERANCE, default=STALL, show_default=True, metavar="SECONDS",
+              help="End llama.cpp when it prints nothing for this long (0: wait for ever).")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
-def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_out, extra):
+def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_out, stall, extra):
     """Run llama-eval-callback on a prompt and check its attention as it streams.
 
     Arguments after `--` go to llama.cpp; `--flash-attn off` is added unless you set flash attention. The
@@ -132,6 +136,9 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_
     from ..check.render import render
     from ..verify import Options, verify
 
+    if not os.path.isfile(model):  # llama.cpp would wait on a FIFO for ever, and read a folder as nothing
+        fail(f"-m {model}: {'no such file' if not os.path.exists(model) else 'not a regular file'}")
+        sys.exit(EXIT_INPUT)
     reference = None if dump_only else model
     if reference is not None:
         try:
@@ -140,17 +147,21 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_
             click.echo(f"attncheck: warning: no --model checks: {e}", err=True)
             reference = None
     try:
-        proc = runner.Process(runner.command(runner.find_binary(binary), model, prompt, extra), keep)
+        proc = runner.Process(runner.command(runner.find_binary(binary), model, prompt, extra), keep, stall)
     except DumpError as e:
         fail(str(e))
         sys.exit(EXIT_INPUT)
     report, error = None, None
     page = PageData(proc.stream.name) if html_out else None
-    try:
-        report = verify(proc.stream, Options(kq_scale=kq_scale, model=reference), observe=page)
-    except (DumpError, ModelError) as e:
-        error = e
-    code = proc.finish()
+    with proc:  # llama.cpp's process group ends with this block, whatever ends it
+        try:
+            report = verify(proc.stream, Options(kq_scale=kq_scale, model=reference), observe=page)
+        except (DumpError, ModelError) as e:
+            error = e
+        code = proc.finish()
+    if proc.stream.stalled is not None:
+        fail(str(proc.stream.stalled))
+        sys.exit(EXIT_INPUT)
     if code != 0:
         fail(str(proc.failure(code)))
         sys.exit(EXIT_INPUT)

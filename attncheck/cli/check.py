@@ -7,11 +7,11 @@ import sys
 import click
 
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, Report, multi_dict
-from ..errors import DumpError, ModelError
+from ..errors import DumpError, ModelError, printable
 from ..inspect.walk import span
 from ..run import STALL
 from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option, json_option,
-                     junit_option, output_target, tokens as parse_tokens, vocab, write_html, write_json)
+                     junit_option, output_target, tokens as parse_tokens, vocab, warn, write_html, write_json)
 
 
 @click.command()
@@ -81,7 +81,7 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fai
             if page is not None:
                 pages.append((report, page))
             for w in report.warnings:
-                click.echo(f"attncheck: warning: {w}", err=True)
+                warn(w)
             render(report, console, quiet=quiet, verbose=verbose)
             reports.append(report)
             inputs.append((path, report.exit_code, None))
@@ -92,8 +92,8 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fai
         inputs.append((path, EXIT_INPUT, errors[-1]))
     left = paths[len(inputs):]
     if left:
-        console.print(f"[bold red]stopped early (--fail-fast): {len(left)} of {len(paths)} dumps not checked: "
-                      f"{', '.join(left)}[/]", highlight=False, soft_wrap=True, markup=True)
+        console.print(printable(f"stopped early (--fail-fast): {len(left)} of {len(paths)} dumps not checked: "
+                                f"{', '.join(left)}"), style="bold red", highlight=False, soft_wrap=True, markup=False)
     codes = [code for _, code, _ in inputs]
     if json_out:
         one = len(paths) == 1 and reports  # one dump: its document; several (or none readable): the multi-dump form
@@ -144,7 +144,7 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_
         try:
             require_shape(read_header(reference).meta, reference)
         except ModelError as e:  # llama.cpp may still run it: check from the dump alone
-            click.echo(f"attncheck: warning: no --model checks: {e}", err=True)
+            warn(f"no --model checks: {e}")
             reference = None
     try:
         proc = runner.Process(runner.command(runner.find_binary(binary), model, prompt, extra), keep, stall)
@@ -169,7 +169,7 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_
         fail(str(error))
         sys.exit(EXIT_INPUT)
     for w in report.warnings:
-        click.echo(f"attncheck: warning: {w}", err=True)
+        warn(w)
     render(report, make_console(stderr=json_out == "-"), quiet=quiet)
     if json_out:
         write_json(report.to_dict(), json_out)

@@ -22,13 +22,44 @@ def _width(stream) -> int | None:
     return None if stream.isatty() or os.environ.get("COLUMNS", "").strip().isdigit() else PIPE_WIDTH
 
 
+class _Printable:
+    """A renderable whose text segments are written printable (errors.printable; the console's own control codes
+    aside): whatever a table cell or a title let through, no control character from the input reaches the terminal."""
+
+    def __init__(self, renderable):
+        self.renderable = renderable
+
+    def __rich_console__(self, console, options):
+        from rich.segment import Segment
+
+        for seg in console.render(self.renderable, options):
+            if seg.control or seg.text.isprintable() or seg.text == "\n":
+                yield seg
+            else:
+                yield Segment(printable(seg.text, lines=True), seg.style)
+
+
+class _PrintableHook:
+    """rich's render hook (Console.push_render_hook): every renderable printed goes through _Printable."""
+
+    def process_renderables(self, renderables):
+        return [_Printable(r) for r in renderables]
+
+
 def console(stderr: bool = False, **kw) -> Console:
-    """Rich console on stdout (stderr: for the table when stdout carries the JSON)."""
-    return Console(stderr=stderr, highlight=False, width=_width(sys.stderr if stderr else sys.stdout), **kw)
+    """Rich console on stdout (stderr: for the table when stdout carries the JSON). Text from the input is escaped
+    where it is placed (errors.markup, errors.printable); the hook makes sure of it for control characters."""
+    out = Console(stderr=stderr, highlight=False, width=_width(sys.stderr if stderr else sys.stdout), **kw)
+    out.push_render_hook(_PrintableHook())
+    return out
 
 
 def fail(message: str) -> None:
     click.echo(f"attncheck: error: {printable(message)}", err=True)
+
+
+def warn(message: str) -> None:
+    click.echo(f"attncheck: warning: {printable(message)}", err=True)
 
 
 def json_text(value, level: int = 0) -> str:

@@ -4,12 +4,11 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.markup import escape
 
 from ..check.columns import NEVER, Col, dropped, extent, fit
 from ..check.report import EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
-from ..errors import DumpError, printable
-from .common import combine, console as make_console, fail, jobs_option, json_option, model_meta, write_json
+from ..errors import DumpError, markup, printable
+from .common import combine, console as make_console, fail, jobs_option, json_option, model_meta, warn, write_json
 
 COLUMNS = (Col("eval", keep=NEVER), Col("run", keep=2), Col("n_past", keep=3), Col("T", keep=4), Col("nodes", keep=1),
            Col("layer", keep=NEVER), Col("attention", "left", keep=NEVER), Col("nodes (line)", "left", keep=7),
@@ -64,7 +63,7 @@ def _head(r: dict) -> list[str]:
 
 def _layer_cells(r: dict) -> list[str]:
     """The cells of one layer (or SOFT_MAX that is not attention): layer, attention, its nodes at their lines, shape."""
-    named = "\n".join(escape(printable(f"{n} ({line})")) for n, line in zip(r["names"], r["lines"]))
+    named = "\n".join(markup(f"{n} ({line})") for n, line in zip(r["names"], r["lines"]))
     return ["" if r["layer"] is None else str(r["layer"]), r["kind"], named,
             *("" if r[k] is None else str(r[k]) for k in ("H", "H_kv", "D_h", "n_kv"))]
 
@@ -93,7 +92,7 @@ def _table_rows(doc: dict, verbose: bool) -> tuple[list[list[str]], int]:
 def _table(doc: dict, width: int | None, verbose: bool = False):
     """The dump's table, fit to `width`, and how many evaluations it shows on one row."""
     rows, repeats = _table_rows(doc, verbose)
-    return fit(COLUMNS, rows, width, title=escape(doc["source"]), title_justify="left"), repeats
+    return fit(COLUMNS, rows, width, title=markup(doc["source"]), title_justify="left"), repeats
 
 
 def _repeats_note(repeats: int) -> str:
@@ -140,9 +139,9 @@ def list_(dumps, json_out, model, verbose, jobs):
                 if r.get("token_text") is not None:
                     ids = f"{len(r['tokens'])} tokens " + "  ".join(
                         f"{i} {shown(t)}" for i, t in zip(r["tokens"], r["token_text"]))
-                console.print(f"run at line {r['line']}: {ids}", markup=False)
+                console.print(printable(f"run at line {r['line']}: {ids}"), markup=False)
         for w in doc["warnings"]:  # as `check` writes them: stderr, one visible line each
-            click.echo(f"attncheck: warning: {w}", err=True)
+            warn(w)
     if json_out:
         from .. import __version__
 

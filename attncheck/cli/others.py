@@ -5,12 +5,11 @@ import os
 import sys
 
 import click
-from rich.console import Console
 
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..errors import DumpError, ModelError
 from .common import (SCALE, TOLERANCE, console as make_console, fail, html_option, jobs_option, json_option,
-                     junit_option, tokens as parse_tokens, vocab, write_html, write_json)
+                     junit_option, tokens as parse_tokens, vocab, warn, write_html, write_json)
 
 
 @click.command(name="inspect")
@@ -54,9 +53,8 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, to
         fail(f"{dump}: internal error ({type(e).__name__}: {e}); please report it with the dump")
         sys.exit(EXIT_INPUT)
     if json_out != "-":
-        console = make_console()
-        if os.environ.get("NO_COLOR"):  # no escapes at all: shades and numbers carry the heatmap
-            console = Console(highlight=False, width=console.width, color_system=None)
+        # under NO_COLOR, no escapes at all: shades and numbers carry the heatmap
+        console = make_console(**({"color_system": None} if os.environ.get("NO_COLOR") else {}))
         render_walk(w, console)
         if mw is not None:
             from ..inspect.render_model import render_model_walk
@@ -145,7 +143,7 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
                 else f"internal error ({type(e).__name__}: {e}); please report it")
         rep = DiffReport(old, new, prefix, tol, error=what)
     for w in rep.warnings:
-        click.echo(f"attncheck: warning: {w}", err=True)
+        warn(w)
     if rep.error:
         fail(f"{old} vs {new}: {rep.error}")
     elif rep.reference is not None and rep.reference.error:

@@ -91,7 +91,3 @@ def _nothing_checked(report: Report) -> str:
         return (f"nothing checked: head{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} not printed "
                 f"(printed: {', '.join(map(str, printed))})")
     return "nothing checked: no printed element of this site could be recomputed"
-
-
-def write(tree: ET.ElementTree, path: str) -> None:
-    tree.write(path, encoding="utf-8", xml_declaration=True)

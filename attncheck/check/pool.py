@@ -78,6 +78,12 @@ def worker_pool(jobs: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=jobs, mp_context=fork_context(), initializer=_worker_signals)
 
 
+def end_pool(pool: ProcessPoolExecutor, interrupted: bool = False) -> None:
+    """Shut a worker pool down. An interrupted one is not waited for: its workers were ended (cli/interrupt.py),
+    and joining a pool whose workers died in the middle of a message can wait for ever."""
+    pool.shutdown(wait=not interrupted, cancel_futures=True)
+
+
 def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take: Take = gather
              ) -> Iterator[PartResult]:
     """The parts' results in dump order: in this process (jobs 1) or a pool of `jobs` workers, a few parts ahead."""
@@ -85,7 +91,8 @@ def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take
         for part in parts(stream):
             yield gather_part(part, source, layers, take)
         return
-    with worker_pool(jobs) as pool:
+    pool = worker_pool(jobs)
+    try:
         ahead: list[Future] = []
         for part in parts(stream):
             ahead.append(pool.submit(gather_part, part, source, layers, take))
@@ -93,6 +100,10 @@ def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take
                 yield ahead.pop(0).result()
         for f in ahead:
             yield f.result()
+    except BaseException as e:
+        end_pool(pool, interrupted=not isinstance(e, (Exception, GeneratorExit)))
+        raise
+    end_pool(pool)
 
 
 class Replay:

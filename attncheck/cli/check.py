@@ -11,7 +11,8 @@ from ..errors import DumpError, ModelError, printable
 from ..inspect.walk import span
 from ..run import STALL
 from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option, json_option,
-                     junit_option, output_target, tokens as parse_tokens, vocab, warn, write_html, write_json)
+                     junit_option, output_target, tokens as parse_tokens, vocab, warn, write_html, write_json,
+                     write_junit)
 
 
 @click.command()
@@ -97,11 +98,11 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fai
     codes = [code for _, code, _ in inputs]
     if json_out:
         one = len(paths) == 1 and reports  # one dump: its document; several (or none readable): the multi-dump form
-        write_json(reports[0].to_dict() if one else multi_dict(reports, inputs, left), json_out)
+        codes.append(write_json(reports[0].to_dict() if one else multi_dict(reports, inputs, left), json_out))
     if junit:
-        from ..check.junit import check_xml, write
+        from ..check.junit import check_xml
 
-        write(check_xml(reports, inputs), junit)
+        codes.append(write_junit(check_xml(reports, inputs), junit))
     if html_out:
         from ..check.html import check_page
 
@@ -171,12 +172,12 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_
     for w in report.warnings:
         warn(w)
     render(report, make_console(stderr=json_out == "-"), quiet=quiet)
+    codes = [report.exit_code]
     if json_out:
-        write_json(report.to_dict(), json_out)
+        codes.append(write_json(report.to_dict(), json_out))
     if html_out:
         from ..check.html import check_page
 
-        if write_html(html_out, lambda: check_page([(report, page)], vocab(model))) != EXIT_PASS:
-            sys.exit(EXIT_INPUT)
-    sys.exit(report.exit_code)
+        codes.append(write_html(html_out, lambda: check_page([(report, page)], vocab(model))))
+    sys.exit(combine(codes))
 

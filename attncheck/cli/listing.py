@@ -145,6 +145,6 @@ def list_(dumps, json_out, model, verbose, jobs):
     if json_out:
         from .. import __version__
 
-        write_json({"schema": 1, "tool": "attncheck", "command": "list", "version": __version__, "dumps": docs},
-                   json_out)
+        codes.append(write_json({"schema": 1, "tool": "attncheck", "command": "list", "version": __version__,
+                                 "dumps": docs}, json_out))
     sys.exit(combine(codes))

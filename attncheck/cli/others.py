@@ -8,8 +8,9 @@ import click
 
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..errors import DumpError, ModelError
-from .common import (SCALE, TOLERANCE, console as make_console, fail, html_option, jobs_option, json_option,
-                     junit_option, tokens as parse_tokens, vocab, warn, write_html, write_json)
+from .common import (SCALE, combine, TOLERANCE, console as make_console, fail, html_option, jobs_option, json_option,
+                     junit_option, tokens as parse_tokens, vocab, warn, write_html, write_json,
+                     write_junit)
 
 
 @click.command(name="inspect")
@@ -60,16 +61,17 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, to
             from ..inspect.render_model import render_model_walk
 
             render_model_walk(w, mw, console)
+    codes = [EXIT_PASS if w.passed and (mw is None or mw.passed) else EXIT_FAIL]
     if json_out:
         doc = walk_dict(w)
         if mw is not None:
             from ..inspect.render_model import model_walk_dict
 
             doc["model"] = model_walk_dict(mw)
-        write_json(doc, json_out)
-    if page is not None and write_html(html_out, lambda: page) != EXIT_PASS:
-        sys.exit(EXIT_INPUT)
-    sys.exit(EXIT_PASS if w.passed and (mw is None or mw.passed) else EXIT_FAIL)
+        codes.append(write_json(doc, json_out))
+    if page is not None:
+        codes.append(write_html(html_out, lambda: page))
+    sys.exit(combine(codes))
 
 
 def _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, model, tokens) -> None:
@@ -87,9 +89,8 @@ def _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, mod
         sys.exit(EXIT_INPUT)
     if json_out != "-":
         render_flash(f, mw, make_console())
-    if json_out:
-        write_json(flash_dict(f, mw), json_out)
-    sys.exit(EXIT_PASS if mw.passed else EXIT_FAIL)
+    code = write_json(flash_dict(f, mw), json_out) if json_out else EXIT_PASS
+    sys.exit(combine([EXIT_PASS if mw.passed else EXIT_FAIL, code]))
 
 
 @click.command(name="diff")
@@ -112,7 +113,6 @@ def _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, mod
 def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, quiet, verbose, jobs, html_out):
     """Compare two dumps of one model and prompt node by node (an old and a new llama.cpp build): drift between
     correct builds (exit 0), or the first node beyond it (exit 1). --exact compares at print precision."""
-    from ..check.junit import write
     from ..diff.compare import ATOL, EXACT, RTOL, DiffReport, Tolerance, diff
     from ..diff.junit import diff_xml
     from ..diff.render import diff_dict, render_diff
@@ -149,13 +149,13 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
     elif rep.reference is not None and rep.reference.error:
         fail(rep.reference.error)
     render_diff(rep, make_console(stderr=json_out == "-"), quiet=quiet, verbose=verbose)
+    codes = [rep.exit_code]
     if json_out:
-        write_json(diff_dict(rep), json_out)
+        codes.append(write_json(diff_dict(rep), json_out))
     if junit:
-        write(diff_xml(rep), junit)
+        codes.append(write_junit(diff_xml(rep), junit))
     if html_out:
         from ..diff.html import diff_page
 
-        if write_html(html_out, lambda: diff_page(rep)) != EXIT_PASS:
-            sys.exit(EXIT_INPUT)
-    sys.exit(rep.exit_code)
+        codes.append(write_html(html_out, lambda: diff_page(rep)))
+    sys.exit(combine(codes))

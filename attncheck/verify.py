@@ -198,7 +198,12 @@ def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits
     read = Read()
     replay = Replay(dump.source)
     out: list[SiteReport] = []
-    for part in gathered(dump.stream, dump.source, checker.layers, jobs or jobs_default()):
+    def on_read(block: bytes) -> None:  # a stream read here as it comes: the bar moves with it
+        dump.bytes_read += len(block)
+        if progress is not None:
+            progress(dump, None)
+
+    for part in gathered(dump.stream, dump.source, checker.layers, jobs or jobs_default(), on_read=on_read):
         for ev in replay.take(part):
             if logs is not None:
                 k = ev.run - replay.implicit

@@ -15,9 +15,13 @@ COLUMNS = (Col("eval", keep=NEVER), Col("run", keep=2), Col("n_past", keep=3), C
            Col("H", keep=6), Col("H_kv", keep=5), Col("D_h", keep=5), Col("n_kv", keep=3))
 
 
-def _listed(path: str, meta: dict | None, jobs: int | None = None) -> dict:
+TABLE_EVALUATIONS = 200  # without -v or --json, the table's evaluations: the rows of more are neither kept nor shown
+
+
+def _listed(path: str, meta: dict | None, jobs: int | None = None, limit: int | None = None) -> dict:
     """One dump's evaluations, layers, runs and notes (what the table and the JSON show); with a model's header,
-    each run's token ids with their text. The dump is read in parts on `jobs` processes (check/pool.py)."""
+    each run's token ids with their text. The dump is read in parts on `jobs` processes (check/pool.py). limit: the
+    rows of the first `limit` evaluations only (all are counted), so that memory does not grow with the dump."""
     from ..arch.vocab import token_text
     from ..check.pool import Replay, gathered, jobs_default
     from ..dump.graph import read_dump
@@ -25,13 +29,16 @@ def _listed(path: str, meta: dict | None, jobs: int | None = None) -> dict:
 
     d = read_dump(path)
     replay = Replay(d.source)
-    rows, notes = [], []
+    rows, notes, evaluations = [], [], 0
     for part in gathered(d.stream, d.source, None, jobs or jobs_default(), take=listed):
-        rows += [r._asdict() for ev in replay.take(part) for r in ev.renumbered()]
+        for ev in replay.take(part):
+            evaluations += 1  # each has a row at least (listing.rows)
+            if limit is None or evaluations <= limit:
+                rows += [r._asdict() for r in ev.renumbered()]
         notes += part.notes
         if part.error is not None:
             raise part.error
-    return {"source": d.source, "evaluations": len({r["evaluation"] for r in rows}),
+    return {"source": d.source, "evaluations": evaluations,
             "rows": [{**r, "names": list(r["names"]), "lines": list(r["lines"])} for r in rows],
             "runs": [{"line": r.line, "tokens": None if r.tokens is None else list(r.tokens),
                       **({} if meta is None else {"token_text": token_text(meta, r.tokens)})} for r in replay.runs],
@@ -118,7 +125,7 @@ def list_(dumps, json_out, model, verbose, jobs):
     docs, codes = [], []
     for path in dumps or ("-",):
         try:
-            doc = _listed(path, meta, jobs)
+            doc = _listed(path, meta, jobs, None if json_out or verbose else TABLE_EVALUATIONS)
         except DumpError as e:
             fail(str(e))
             codes.append(EXIT_INPUT)
@@ -130,6 +137,10 @@ def list_(dumps, json_out, model, verbose, jobs):
             console.print(table)
             if repeats:
                 console.print(_repeats_note(repeats))
+            shown_evs = len({r["evaluation"] for r in doc["rows"]})
+            if shown_evs < doc["evaluations"]:
+                console.print(f"[dim]the first {shown_evs} of {doc['evaluations']} evaluations (-v or --json lists "
+                              "every one)[/]")
             gone = dropped(table, COLUMNS)
             if gone:
                 console.print(f"[dim]columns left out for the terminal's width: {', '.join(gone)} (--json has "

@@ -166,12 +166,17 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
                                     "are checked from the dump alone, under the attention facts its header gives"}
     fits = (lambda infos: _fits(shape, infos, dump.source, header)) if shape is not None else None
     logs = opts if header is None else None  # without --model, a 2024 log's GGUF keys give the facts
-    if model is None and observe is None and not opts.fail_fast:
+    identity = None
+    if header is not None and model is None:  # no reference: the printed embedding rows still tell whose dump it is
+        from .model.identity import checker as identity_checker
+
+        identity = identity_checker(opts.model, header, dump.source, opts.tokens)
+    if model is None and identity is None and observe is None and not opts.fail_fast:
         from_dump, read = _by_parts(dump, checker, opts.jobs, progress, fits, logs)
         from_model: list[SiteReport] = []
     else:
         from_dump, from_model, read = _by_evaluation(dump, checker, model, opts, report, progress, observe, fits,
-                                                     logs)
+                                                     logs, identity)
     held, summary = checker.finish(complete=not report.stopped_early)
     from_dump += held
     if model is not None:
@@ -225,12 +230,15 @@ def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits
 
 
 def _by_evaluation(dump: Dump, checker: DumpChecker, model, opts: Options, report: Report, progress, observe,
-                   fits, logs: Options | None = None) -> tuple[list[SiteReport], list[SiteReport], Read]:
-    """The dump read evaluation by evaluation in this process: the --model checks need each evaluation's nodes."""
+                   fits, logs: Options | None = None, identity=None) -> tuple[list[SiteReport], list[SiteReport], Read]:
+    """The dump read evaluation by evaluation in this process: the --model checks need each evaluation's nodes (and
+    identity, a model without a reference: model/identity.py)."""
     read = Read()
     from_dump: list[SiteReport] = []
     from_model: list[SiteReport] = []
     for ev in dump.evaluations():
+        if identity is not None:
+            identity(ev)
         if logs is not None:
             from_dump += _log_facts(checker, logs, read, _log_header(dump, ev))
         if fits is not None:

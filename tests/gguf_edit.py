@@ -95,3 +95,29 @@ def edit(src: Path, dst: Path, changes: dict[str, tuple[int, bytes] | None], ver
     head += b"\0" * ((-len(head)) % new_align)
     dst.write_bytes(head + data)
     return dst
+
+
+def rolled_embeddings(src: Path, dst: Path) -> Path:
+    """A copy of a real model whose embedding table is rolled by one row (token i gets token i-1's row): another
+    model of exactly the same shapes and header, for what a dump of the original must not pass as."""
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(src)
+    writer = gguf.GGUFWriter(str(dst), arch=reader.fields["general.architecture"].contents())
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        writer.add_key_value(field.name, field.contents(), kind,
+                             sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    for t in reader.tensors:
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in reader.tensors:
+        data = np.roll(t.data, 1, axis=0) if t.name == "token_embd.weight" else t.data
+        writer.write_tensor_data(data, tensor_endianess=reader.endianess)
+    writer.close()
+    return dst

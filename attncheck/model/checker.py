@@ -13,6 +13,7 @@ from ..results import CheckResult, SiteReport
 from .bounds import ERROR_MODELS, FLIP_SHARE, NMSE_MAX, TAU, regime
 from .compare import NodeComparison
 from .expect import Expected
+from .identity import require_model
 from .mapping import Layer, map_evaluation
 from .runs import Runs
 from .summary import Summary
@@ -58,6 +59,7 @@ class ModelChecker:
         if not layers:
             return []
         run = self.runs.of(ev, layers)
+        require_model(self.model, ev, run.tokens, self.source)  # another model's dump is no build's fault
         n_past, T = ev.n_past or 0, layers[0].T
         out = []
         for L in layers:

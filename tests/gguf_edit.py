@@ -97,11 +97,10 @@ def edit(src: Path, dst: Path, changes: dict[str, tuple[int, bytes] | None], ver
     return dst
 
 
-def rolled_embeddings(src: Path, dst: Path) -> Path:
-    """A copy of a real model whose embedding table is rolled by one row (token i gets token i-1's row): another
-    model of exactly the same shapes and header, for what a dump of the original must not pass as."""
+def copy_model(src: Path, dst: Path, value=lambda name, v: v, data=lambda name, d: d) -> Path:
+    """A copy of a real model through the gguf package, each metadata value through value(name, v) and each
+    tensor's stored data through data(name, d)."""
     import gguf
-    import numpy as np
 
     reader = gguf.GGUFReader(src)
     writer = gguf.GGUFWriter(str(dst), arch=reader.fields["general.architecture"].contents())
@@ -109,7 +108,7 @@ def rolled_embeddings(src: Path, dst: Path) -> Path:
         if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
             continue
         kind = field.types[0]
-        writer.add_key_value(field.name, field.contents(), kind,
+        writer.add_key_value(field.name, value(field.name, field.contents()), kind,
                              sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
     for t in reader.tensors:
         writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
@@ -117,7 +116,14 @@ def rolled_embeddings(src: Path, dst: Path) -> Path:
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
     for t in reader.tensors:
-        data = np.roll(t.data, 1, axis=0) if t.name == "token_embd.weight" else t.data
-        writer.write_tensor_data(data, tensor_endianess=reader.endianess)
+        writer.write_tensor_data(data(t.name, t.data), tensor_endianess=reader.endianess)
     writer.close()
     return dst
+
+
+def rolled_embeddings(src: Path, dst: Path) -> Path:
+    """A copy of a real model whose embedding table is rolled by one row (token i gets token i-1's row): another
+    model of exactly the same shapes and header, for what a dump of the original must not pass as."""
+    import numpy as np
+
+    return copy_model(src, dst, data=lambda name, d: np.roll(d, 1, axis=0) if name == "token_embd.weight" else d)

@@ -1,5 +1,5 @@
 """The command line: a thin layer over attncheck.read_dump / attncheck.verify. Exit codes: 0 pass, 1 fail,
-2 unusable input or usage, 3 nothing could be verified."""
+2 unusable input or usage, 3 nothing could be verified, 130 and 143 interrupted (SIGINT, SIGTERM)."""
 from __future__ import annotations
 
 import difflib

@@ -8,7 +8,7 @@ import click
 
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..errors import DumpError, ModelError
-from .common import (SCALE, combine, TOLERANCE, console as make_console, fail, html_option, jobs_option, json_option,
+from .common import (SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option, json_option,
                      junit_option, tokens as parse_tokens, vocab, warn, write_html, write_json,
                      write_junit)
 

@@ -102,4 +102,4 @@ def settle(code: int, stdout: Guarded, say) -> int:
     if stdout.error is None:
         return code
     say(f"stdout: the report could not be written: {stdout.error.strerror or stdout.error}")
-    return code if code == EXIT_FAIL or code > EXIT_FAIL + 2 else EXIT_INPUT
+    return code if code == EXIT_FAIL or code > 128 else EXIT_INPUT  # a failed or interrupted one keeps its code

@@ -61,17 +61,23 @@ def require_model(model: Model, ev: Evaluation, tokens: tuple[int, ...], source:
         return
     node, values, rows, cols = printed
     n_past = ev.n_past or 0
-    n_vocab = model.ne(EMBEDDINGS)[1]
-    ids = [tokens[n_past + int(t)] if n_past + int(t) < len(tokens) else -1 for t in rows]
-    if node.ne[0] != model.ne(EMBEDDINGS)[0] or any(not 0 <= i < n_vocab for i in ids):
-        return  # the shapes or the token count do not fit: said elsewhere, at the node or the run
-    want = _rows(model, ids)[:, cols]
-    beyond = _beyond(values, want)
-    if beyond > MOST * values.size:
-        raise DumpError(source, node.line, f"this dump was not made with this model: {beyond} of the {values.size} "
-                                           f"printed values of '{node.name}', the embedding rows of token ids "
-                                           f"{ids}, differ from {model.path}'s beyond print precision (a lookup "
-                                           "copies them: no build differs there)")
+    n_embd, n_vocab = model.ne(EMBEDDINGS)[:2]
+    if n_past + int(rows[-1]) >= len(tokens):
+        return  # fewer token ids than queries: said at the run (model/runs.py)
+    ids = [tokens[n_past + int(t)] for t in rows]
+    why = ""
+    if node.ne[0] != n_embd:
+        why = f"'{node.name}' looks up rows of {node.ne[0]} values; {model.path}'s {EMBEDDINGS} has {n_embd}"
+    elif any(not 0 <= i < n_vocab for i in ids):
+        why = f"token ids {ids} of '{node.name}'; {model.path}'s vocabulary has {n_vocab} tokens"
+    else:
+        beyond = _beyond(values, _rows(model, ids)[:, cols])
+        if beyond > MOST * values.size:
+            why = (f"{beyond} of the {values.size} printed values of '{node.name}', the embedding rows of token ids "
+                   f"{ids}, differ from {model.path}'s beyond print precision (a lookup copies them: no build "
+                   "differs there)")
+    if why:
+        raise DumpError(source, node.line, f"this dump was not made with this model: {why}")
 
 
 def checker(path: str, header, source: str, given: tuple[int, ...] | None) -> Callable[[Evaluation], None]:

@@ -95,6 +95,7 @@ def command(binary: str, model: str, prompt: str, extra: tuple[str, ...]) -> lis
 # minutes without a byte is beyond both for any model a CPU runs; --stall-timeout changes it.
 STALL = 300.0
 GRACE = 2.0  # seconds: after llama.cpp exited, what is left in the pipe is read; a process it left behind may hold it
+TAIL_BYTES = 1 << 16  # of a block, where the last lines (for a failure's message) are looked for
 _WAIT = 0.05  # seconds: a read returns what came within this much of the first byte (fewer, larger blocks)
 
 
@@ -126,8 +127,8 @@ class Tee:
         data = b"".join(chunks)
         if self._keep is not None and data:
             self._keep.write(data)
-        if data:
-            self._tail.extend(data.splitlines()[-self._tail.maxlen:])
+        if data:  # the last lines only: splitting a block of millions of short lines would cost as much again
+            self._tail.extend(data[-TAIL_BYTES:].splitlines()[-self._tail.maxlen:])
         return data
 
     def _next(self, n: int, wait: float | None) -> bytes | None:

@@ -487,6 +487,13 @@ def test_a_models_token_text_reaches_no_output_as_control_or_markup(junk, tmp_pa
         assert code == 0, (args, code, err)
         _clean_output(out, err)
         _files(j, h)
+    from gguf_edit import STRING, edit, value  # the same text as the architecture's name: quoted in the error
+
+    named = edit(htmlcases.GPT2, folder / "arch.gguf", {"general.architecture": value(STRING, junk)})
+    code, out, err = _cli("check", HOW_ARE, "--model", named, "--junit", folder / "r.xml")
+    assert code == 2 and len(err.splitlines()) == 1, err
+    _clean_output(out, err)
+    _files(folder / "r.xml")
 
 
 def test_paths_that_read_as_markup_print_as_written(tmp_path):

@@ -19,6 +19,7 @@ from ..dump.roles import assign
 from ..dump.sample import parse_sample
 from . import work
 from .chains import LAYOUT, global_chains, layer_chains
+from .identity import require_model
 from .mapping import Layer, map_evaluation
 from .runs import MissingIds, Runs
 from .summary import Summary
@@ -85,7 +86,8 @@ class ModelChecker:
         why: dict[int, str] = {}
         if layers and ev.run not in self.without_ids:
             try:
-                self.runs.of(ev, layers)
+                run = self.runs.of(ev, layers)
+                require_model(self.model, ev, run.tokens, self.source)  # another model's dump is no build's fault
             except MissingIds as e:
                 if self.require_ids:
                     raise

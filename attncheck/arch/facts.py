@@ -19,8 +19,6 @@ T = TypeVar("T")
 # where a fact came from
 OPTION, MODEL, LOG, INFERRED, STRUCTURE, DEFAULT = "option", "model", "log", "inferred", "structure", "default"
 
-WINDOW_KINDS = ("standard", "symmetric", "chunked")  # llama_swa_type, less NONE
-
 
 @dataclass(frozen=True)
 class Fact(Generic[T]):

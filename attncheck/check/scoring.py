@@ -55,10 +55,6 @@ class Scored:
     informative: int = 0  # rows some hypothesis tried fails: the rows that tell hypotheses apart
     informative_failing: int = 0  # of those, the rows this one fails
 
-    @property
-    def passing(self) -> int:
-        return self.rows - self.failing
-
 
 def row_failures(st: Stack) -> np.ndarray:
     """[s, h, t] printed rows that some element of the masked, softmax or ratio check fails, or that a fitted sink

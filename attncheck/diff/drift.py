@@ -36,7 +36,7 @@ get no allowance: there two correct builds agree to print precision.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable
 
 from ..dump.graph import Evaluation
 from ..dump.roles import LAYOUT, Roles
@@ -139,13 +139,6 @@ def roundings(ev: Evaluation) -> dict[int, int]:
 def cache_types(ev: Evaluation, roles: Roles) -> set[str]:
     """The KV cache's types, as its printed views say."""
     return {r[v].type for r in roles.layers for v in ("k_view", "v_view") if v in r}
-
-
-def weight_types_from_counts(counts: Mapping[str, int] | None) -> list[str] | None:
-    """The types of a model's tensors from a log's `- type X: N tensors` lines (None when not printed)."""
-    if not counts:
-        return None
-    return [t for t, n in counts.items() if n > 0]
 
 
 def weight_types_of(model: str) -> tuple[tuple[str, ...], str]:

@@ -16,7 +16,6 @@ from typing import BinaryIO, Callable, Iterator, NamedTuple
 from ..arch.log_header import LogHeader, parse_log_header
 from ..errors import DumpError
 
-PREFIXES = (b"common_debug_cb_eval", b"ggml_debug")
 CHUNK = 8 << 20
 # What llama.cpp can print bounds what is held of a line and of the text between two headers. Its longest line is a
 # header, under 512 bytes (common/debug.cpp: names of at most 63 bytes, GGML_MAX_NAME; src1 printed into 128 bytes;

@@ -28,12 +28,6 @@ from .weights import Model
 
 F32 = np.float32
 
-LAYER_ROLES = (
-    "attn_norm", "Qcur", "Kcur", "Vcur", "q", "k_cache", "v_cache", "kq", "kq_scores", "kq_soft_max", "kqv",
-    "kqv_out", "kqv_unrot", "attn_out", "attn_post", "ffn_inp", "ffn_norm", "ffn_out", "ffn_post", "l_out",
-)  # and where the graph has them: q_scaled, Krot, Vrot; and the values inside roles (chains.py)
-GLOBAL_ROLES = ("inp_embd", "result_norm", "result_output")
-
 
 @dataclass(frozen=True)
 class Reference:

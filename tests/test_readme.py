@@ -1,7 +1,9 @@
-"""The README's examples are the tool's own output: every fenced block whose first line is `$ command` is run (in a
-scratch folder that sees the repository's fixtures/, with `attncheck` on PATH, 120 columns as in a CI log) and its
-output must be the rest of the block. Lines are compared without trailing spaces; a line `...` stands for any lines
-(an excerpt). `python3 tests/test_readme.py --write` rewrites the blocks without `...` from the tool's output."""
+"""The examples of README.md and of docs/*.md are the tool's own output: every fenced block whose first line is
+`$ command` is run (in a scratch folder that sees the repository's fixtures/, with `attncheck` on PATH, 120 columns
+as in a CI log) and its output must be the rest of the block. Lines are compared without trailing spaces; a line
+`...` stands for any lines (an excerpt). `python3 tests/test_readme.py --write` rewrites the blocks without `...`
+from the tool's output. The README's set-up commands are those CI runs, and the README stays a page a newcomer
+reads to the end (under 200 lines)."""
 from __future__ import annotations
 
 import os
@@ -19,6 +21,7 @@ if __name__ == "__main__":  # --write: the tool of this checkout
 import attncheck  # noqa: E402
 
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]  # every page whose examples are run
 TOOL = Path(attncheck.__file__).resolve().parents[1]  # the checkout whose attncheck is under test
 BLOCK = re.compile(r"^```[^\n]*\n(\$ .*?)^```", re.M | re.S)
 
@@ -80,30 +83,67 @@ def matches(expected: list[str], got: list[str]) -> bool:
     return True
 
 
-ALL = examples(README.read_text(encoding="utf-8"))
+ALL = [(page, *ex) for page in PAGES for ex in examples(page.read_text(encoding="utf-8"))]
 
 
-def test_the_readme_has_its_examples():
-    commands = [c for cmds, _, _ in ALL for c in cmds]
-    for wanted in ("attncheck fixtures/gpt2-how-are.txt", "attncheck bad.txt", "attncheck inspect",
-                   "attncheck diff fixtures/gpt2-how-are-you.txt fixtures/gpt2-kv-f32.txt -q", "attncheck list"):
-        assert any(c.startswith(wanted) for c in commands), wanted
+def commands_of(page: Path) -> list[str]:
+    return [c for p, cmds, _, _ in ALL if p == page for c in cmds]
 
 
-@pytest.mark.parametrize("commands, expected", [(c, e) for c, e, _ in ALL], ids=[c[-1][:60] for c, _, _ in ALL])
-def test_a_readme_example_prints_what_the_readme_shows(commands, expected, tmp_path):
+@pytest.mark.parametrize("page, wanted", [
+    # the README's three uses, reading the table, and what to do after a FAIL
+    ("README.md", ("attncheck fixtures/gpt2-how-are.txt", "attncheck check fixtures/gpt2-long.txt", "attncheck bad.txt",
+                   "attncheck inspect fixtures/gpt2-how-are.txt", "attncheck diff old.txt new.txt",
+                   "attncheck diff fixtures/drift/phi3-cat.old.txt")),
+    ("docs/check.md", ("attncheck check fixtures/gpt2-long.txt",)),
+    ("docs/diff.md", ("attncheck diff old.txt new.txt", "attncheck diff old.txt bad.txt",
+                      "attncheck diff fixtures/gpt2-how-are-you.txt fixtures/gpt2-kv-f32.txt -q --exact")),
+    ("docs/inspect.md", ("attncheck inspect fixtures/gpt2-how-are.txt --layer 0 --head 0",)),
+    ("docs/list.md", ("attncheck list fixtures/gpt2-how-are.txt", "attncheck list fixtures/gpt2-ubatch2.txt")),
+])
+def test_each_page_has_its_examples(page, wanted):
+    commands = commands_of(ROOT / page)
+    for w in wanted:
+        assert any(c.startswith(w) for c in commands), f"{page}: {w}"
+
+
+@pytest.mark.parametrize("page, commands, expected", [(p, c, e) for p, c, e, _ in ALL],
+                         ids=[f"{p.name}: {c[-1][:60]}" for p, c, _, _ in ALL])
+def test_an_example_prints_what_its_page_shows(page, commands, expected, tmp_path):
     got = run_example(commands, tmp_path)
-    assert matches(expected, got), "\n".join(["README:", *expected, "", "attncheck:", *got])
+    assert matches(expected, got), "\n".join([f"{page.relative_to(ROOT)}:", *expected, "", "attncheck:", *got])
+
+
+def test_the_readme_set_up_commands_are_those_ci_runs():
+    """The two set-up commands of the README, word for word; CI installs the same extra and runs the same target."""
+    text = README.read_text(encoding="utf-8")
+    for line in ("pip install . && attncheck fixtures/gpt2-how-are.txt", "pip install '.[test]' && make test"):
+        assert f"```\n{line}\n```" in text, line
+    assert "\ntest = [" in (ROOT / "pyproject.toml").read_text(encoding="utf-8")  # the [test] extra
+    assert re.search(r"(?m)^test:\n\t.*pytest", (ROOT / "Makefile").read_text(encoding="utf-8"))
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "pip install" in ci and "'.[test]'" in ci and "\nmake test\n" in ci
+
+
+def test_the_readme_is_a_page_a_newcomer_reads_to_the_end():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) < 200, len(lines)
+    for heading in ("## Install", "## Get llama-eval-callback", "## Reading the table", "## Exit codes",
+                    "## After a FAIL", "## A CI recipe"):
+        assert heading in lines, heading
+    for page in ("check", "diff", "inspect", "list", "run", "format", "numerics", "architectures"):
+        assert f"(docs/{page}.md)" in "\n".join(lines), page
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:  # refresh the blocks that hold a whole output
     import tempfile
 
-    text = README.read_text(encoding="utf-8")
-    for commands, expected, (a, b) in reversed(ALL):
-        if "..." in expected:
-            continue
-        with tempfile.TemporaryDirectory() as d:
-            got = run_example(commands, Path(d))
-        text = text[:a] + "".join(f"$ {c}\n" for c in commands) + "".join(f"{line}\n" for line in got) + text[b:]
-    README.write_text(text, encoding="utf-8")
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for commands, expected, (a, b) in reversed(examples(text)):
+            if "..." in expected:
+                continue
+            with tempfile.TemporaryDirectory() as d:
+                got = run_example(commands, Path(d))
+            text = text[:a] + "".join(f"$ {c}\n" for c in commands) + "".join(f"{line}\n" for line in got) + text[b:]
+        page.write_text(text, encoding="utf-8")

@@ -32,7 +32,7 @@ def load(root: Path, sets: list[str]) -> list[dict]:
             seen[(r["model"], r["run"])] = r  # the last measurement of a run counts
         rows += seen.values()
     # 2024's llama.cpp masked phi3's keys outside its sliding window, today's ignores the window: a real difference
-    # between the builds (README, drift calibration), not a correct run of the reference's semantics
+    # between the builds (docs/numerics.md §5.2), not a correct run of the reference's semantics
     return [r for r in rows if not (r["model"] == "arch/phi3" and r.get("build") == "old" and (r.get("T") or 0) > 4)]
 
 

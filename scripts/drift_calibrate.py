@@ -15,7 +15,7 @@ apart: their need is the fraction of that allowance the worst weight takes (≤ 
 except where a score is not printed in both and the scores' own allowance stands for it). The pair's check
 verdicts (OLD, NEW) are printed beside: a correct pair passes check on both sides.
 With --layers it also prints, per pair and layer, the largest relative drift (|Δ| beyond print precision / s), the
-node it is in, and that node's allowance: the per-layer figures of the README.
+node it is in, and that node's allowance: the per-layer figures of docs/numerics.md §5.2.
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ bug and dump, how far the bug moved the printed logits (largest change over the 
 logits) and whether any printed number differs, then each mode's verdict: CAUGHT (exit 1), missed (exit 0; "(0
 checked)" when the PASS counts no checked element), n/a (exit 3, nothing checkable: dump-only on a flash-attention
 dump) or error (exit 2). Control rows say pass or FALSE ALARM. `--show FILE` prints the table of a results file
-(`--markdown` as README.md has it). Exit 0 unless a control raised a false alarm; 2 when something could not be
+(`--markdown` as docs/power.md has it). Exit 0 unless a control raised a false alarm; 2 when something could not be
 built or run.
 
 Patch files: a header of `key: value` lines (bug, class, what, where, needs, dumps; a line starting with spaces
@@ -256,7 +256,7 @@ def fmt_rel(x: float | None) -> str:
 
 
 def table(rows: list[dict], markdown: bool = False) -> str:
-    """Bug × dump rows, the four modes as columns, then the counts per mode (markdown: as README.md shows it)."""
+    """Bug × dump rows, the four modes as columns, then the counts per mode (markdown: as docs/power.md shows it)."""
     keyed: dict[tuple[str, str], dict[str, dict]] = {}
     for r in rows:
         keyed.setdefault((r["bug"], r["dump"]), {})[r["mode"]] = r

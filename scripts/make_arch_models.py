@@ -12,7 +12,7 @@ query/key projections scaled so that the attention scores (after the scale llama
 deviation of a few units: softmax rows are neither uniform nor one-hot. Sliding windows are 4 tokens, so short
 prompts cross them.
 
-Architecture-specific attention features that the models carry (what llama.cpp builds of each: ../shared/FORMAT.md §2a):
+Architecture-specific attention features that the models carry (what llama.cpp builds of each: docs/format.md §5):
     gemma2      attn_logit_softcapping 10 (soft-cap nodes before SOFT_MAX), Q pre-scaled, SWA on layers 0, 2
     gemma3      Q pre-scaled, q/k norms, sliding_window_pattern 3 (layers 0, 1, 3 windowed, layer 2 full)
     gemma-embedding  non-causal, symmetric window, per-layer sliding_window_pattern array [T, F, T, F]
@@ -28,7 +28,7 @@ Architecture-specific attention features that the models carry (what llama.cpp b
     t5encoder   SentencePiece (UGM) vocabulary, relative position buckets (kq_b), kq_scale 1
     llama, gpt2 references (GQA llama; GPT-2 with learned positions)
 
-Tokenizers: every decoder uses the byte-level GPT-2 BPE vocabulary of ../shared/models/make_models.py (same
+Tokenizers: every decoder uses the byte-level GPT-2 BPE vocabulary of the models in fixtures/models/ (same
 words, so the same token ids); bert a WordPiece ("bert") vocabulary, t5encoder a Unigram ("t5") one. No model
 adds BOS/EOS/CLS/SEP tokens, so a prompt of n words is n tokens ("How are" is 2, "I like to draw the cat" is 6,
 "The animal didn't cross the street because it was too tired." is 13; bert splits "didn't" into three words, so
@@ -69,7 +69,7 @@ WORDS = ["How", " are", " you", "I", " like", " to", " draw", "The", " cat", " s
 
 
 def gpt2_vocab():
-    """The byte-level BPE vocabulary of make_models.py: 256 byte tokens, one merge chain per word, <|endoftext|>."""
+    """The byte-level BPE vocabulary of the models in fixtures/models/: 256 byte tokens, one merge chain per word, <|endoftext|>."""
     b2u = bytes_to_unicode()
     tokens = list(b2u.values())
     merges, seen = [], set(tokens)

@@ -1,4 +1,4 @@
-"""The numbers attncheck's checks rest on, written again here from FORMAT.md §3 and the README's "What is checked",
+"""The numbers attncheck's checks rest on, written again here from docs/format.md §6 and docs/numerics.md §2,
 apart from attncheck's own code: a test that took a bound from attncheck would move with the bound it tests.
 
     site = Site(DumpEdit(FIXTURES / "gpt2-ubatch2.txt", tmp_path / "d.txt"), layer=0, ev=2)   # n_past = 4
@@ -21,14 +21,14 @@ PRINT = 5e-5  # `%12.4f`: a printed value is within half a unit of the 4th decim
 STEP = 1e-4  # the smallest change a `%12.4f` print can show
 SUM_PRINT = 5e-7  # `sum = %f`
 F32 = 2.0**-24  # f32 unit roundoff
-SRC1 = {"f16": 2.0**-11, "bf16": 2.0**-8, "f32": 0.0}  # P rounded to V's type before P·V (FORMAT.md §3)
-DIFF_ATOL, DIFF_RTOL = 1e-4, 2.0**-16  # README "Compare two llama.cpp builds": 1e-4 + 2⁻¹⁶·|x|
+SRC1 = {"f16": 2.0**-11, "bf16": 2.0**-8, "f32": 0.0}  # P rounded to V's type before P·V (docs/format.md §6)
+DIFF_ATOL, DIFF_RTOL = 1e-4, 2.0**-16  # docs/numerics.md §4.1: 1e-4 + 2⁻¹⁶·|x|
 
 
 def softmax_bound(p, scale: float):
     """|printed P − softmax(printed kq · scale)|: P's own print, plus kq's print through softmax (each score within
-    5e-5, so x_j − x_k moves by at most 2·scale·5e-5 and p by at most p·(e^{2·scale·5e-5} − 1)). The f32 term the
-    README adds (about (n + 2|x|)·2⁻²⁴·p) is below 1 % of this bound on the shipped dumps."""
+    5e-5, so x_j − x_k moves by at most 2·scale·5e-5 and p by at most p·(e^{2·scale·5e-5} − 1)). The f32 term
+    docs/numerics.md §2.3 adds (about (n + 2|x|)·2⁻²⁴·p) is below 1 % of this bound on the shipped dumps."""
     return PRINT + np.asarray(p) * math.expm1(2 * scale * PRINT)
 
 
@@ -63,7 +63,7 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 def kv_head(h: int, H: int, H_kv: int) -> int:
-    """FORMAT.md §2: query head h reads KV head h // (H / H_kv)."""
+    """docs/format.md §4: query head h reads KV head h // (H / H_kv)."""
     return h // (H // H_kv)
 
 

@@ -1,5 +1,5 @@
-"""Each bound of the checks against a bound this file computes itself (tests/formulas.py, from FORMAT.md §3 and the
-README's "What is checked"): one printed value moved so that its error is 1.5× that bound fails, at its place;
+"""Each bound of the checks against a bound this file computes itself (tests/formulas.py, from docs/format.md §6 and
+docs/numerics.md §2): one printed value moved so that its error is 1.5× that bound fails, at its place;
 0.5× passes. A bound 2× too wide or too narrow is caught here, whatever attncheck computes.
 
 A printed value moves in steps of 1e-4 while the softmax bounds are near 5e-5, so the softmax cases move a printed

@@ -254,7 +254,7 @@ def test_2024_format_against_today():
     assert nodes[(0, "kq")]["compared"] == 3 * 3 * 6  # slots 0..2 only: 29..31 of 32 are not 253..255 of 256
     assert nodes[(0, "k_store")]["matched_by"] == "store"
     # the 2024 build multiplied F16 weights by f32 activations (llamafile's tinyBLAS), today's rounds them to f16
-    # first (FORMAT.md §3; test_model's test_old_format_arithmetic_is_recognised): layer 0's first weight MUL_MAT
+    # first (docs/format.md §6; test_model's test_old_format_arithmetic_is_recognised): layer 0's first weight MUL_MAT
     # already moves by f16 roundings of the activations, ~1e-3, far beyond the 1e-4 print tolerance
     assert r.code == 1, r.err
     first = doc["first_divergent"]

@@ -8,7 +8,7 @@ from conftest import DUMPS, FIXTURES, attncheck as run
 from dumpedit import DumpEdit, printed
 from formulas import Site
 
-# dumps/README.md: rows whose visible slots are all printed, and their kqv elements
+# rows whose visible slots are all printed, and their kqv elements (docs/check.md, "The table")
 FULLY_CHECKABLE = {"gpt2-how-are.txt": (24, 144)}
 
 

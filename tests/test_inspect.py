@@ -151,7 +151,7 @@ def test_recomputed_numbers_follow_the_formulas(name, layer, head, group):
     softmax = [next(want) if vis else 0.0 for vis in visible]
     assert doc["scores"]["softmax"] == pytest.approx(softmax, abs=1e-12)
     assert doc["scores"]["error"] == pytest.approx([abs(a - b) for a, b in zip(p, softmax)], abs=1e-12)
-    # bounds (FORMAT.md §3): 5e-5 + p·(e^{2·scale·5e-5} − 1) for a visible slot, exactly 0 for a masked one
+    # bounds (docs/numerics.md §2.3): 5e-5 + p·(e^{2·scale·5e-5} − 1) for a visible slot, exactly 0 for a masked one
     want_bound = [float(softmax_bound(q, scale)) if vis else 0.0 for q, vis in zip(softmax, visible)]
     assert doc["scores"]["bound"] == pytest.approx(want_bound, rel=1e-2)
     assert all(err <= b for err, b in zip(doc["scores"]["error"], want_bound))

@@ -1,5 +1,5 @@
 """The package layout keeps its import order: what everything shares at the bottom, the dump-only and --model
-checkers beside each other, verify above both, inspect/diff/cli on top (README "How it is built")."""
+checkers beside each other, verify above both, inspect/diff/cli on top (docs/internals.md)."""
 from __future__ import annotations
 
 import ast

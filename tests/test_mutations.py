@@ -346,7 +346,7 @@ def test_masked_score_change_is_not_a_failure(dump, ev, layer, head, query, slot
 
 def _pv_elements(edit: DumpEdit, dump: str, ev: int, layer: int):
     """Every checked kqv element of a site with its recomputation and its bound, from printed P and V alone:
-    (head, query, dim, printed O, Σ_j P_j V_j over the visible slots, its bound as FORMAT.md §3 derives it)."""
+    (head, query, dim, printed O, Σ_j P_j V_j over the visible slots, its bound as docs/numerics.md §2.5 derives it)."""
     nm = names(dump, layer)
     P = edit.node(nm["softmax"], ev)
     O = edit.node(nm["kqv"], ev)

@@ -14,7 +14,7 @@ No example has a time limit (hypothesis' deadline is off, and timing belongs in 
 instead, by the size of the fixtures and by the damage each strategy can draw (a header promising 10⁹ rows is
 tested on its own, below). The value moves are drawn from every evaluation, query and kind of row (whole rows,
 rows checked by weight ratios, masked slots), and scaled to the element's bound as this file computes it from
-FORMAT.md §3 (tests/formulas.py): 2.5× to 10× of it, so a bound 10× too wide lets some of them pass.
+docs/numerics.md §2 (tests/formulas.py): 2.5× to 10× of it, so a bound 10× too wide lets some of them pass.
 """
 from __future__ import annotations
 

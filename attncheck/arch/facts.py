@@ -5,7 +5,7 @@ per head joining the denominator where the model has sinks (ggml_compute_forward
 a visible slot and -inf for a masked one (-|p_q − p_k| for a visible one under ALiBi). Which slots are visible: the
 causal rule, or every token of the sequence (encoders), narrowed by a sliding window on some layers
 (llama_hparams::is_masked_swa). None of these is printed in today's dumps: they come from an option, the GGUF header
-(arch/gguf_facts.py), the 2024 log's GGUF keys, or hypotheses pinned by the printed data (check/hypotheses.py).
+(arch/header.py), the 2024 log's GGUF keys, or hypotheses pinned by the printed data (check/hypotheses.py).
 """
 from __future__ import annotations
 

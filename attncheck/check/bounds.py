@@ -1,5 +1,5 @@
 """The bounds of the dump-only checks: softmax, weight ratios, P·V, each from the print precision and storage
-types of FORMAT.md §3 (precision.py)."""
+types of docs/format.md §6 (precision.py); derived in docs/numerics.md §2."""
 from __future__ import annotations
 
 import numpy as np

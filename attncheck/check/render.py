@@ -19,7 +19,7 @@ CHECK_TITLES = {
     "pv": "kqv = P·V",
     "sum": "SOFT_MAX sum line",
     "step": "a step between q or kq and SOFT_MAX (SCALE, TANH, ADD) from its printed input",
-    # --model (model_checks.py): every printed element against the reference forward pass
+    # --model (model/compare.py): every printed element against the reference forward pass
     "model_q": "q = the model's Qcur",
     "model_kcur": "Kcur = the model's",
     "model_vcur": "Vcur = the model's",

@@ -33,7 +33,7 @@ class Report:
     facts: list[dict] = field(default_factory=list)  # per run: the attention facts used and where each came from
     stopped_early: bool = False
     heads: frozenset[int] | None = None  # --head: the heads asked for (None: all)
-    model: dict | None = None  # --model: model_checks.ModelChecker.summary()
+    model: dict | None = None  # --model: the `model` block of model/checker.py's ModelChecker.finish()
 
     @property
     def checked(self) -> int:

@@ -1,8 +1,8 @@
 """How far two correct llama.cpp builds may drift apart, per node: the allowance of `attncheck diff`'s default
-verdict (the drift model).
+verdict (the drift model; docs/numerics.md §4.2, its calibration §5.2).
 
-Two correct builds compute the same graph with different kernels. Where a kernel rounds its activations (FORMAT.md
-§3: a weight MUL_MAT converts src1 to the weight's vec_dot_type, Q8 blocks for quantized weights or f16 for F16
+Two correct builds compute the same graph with different kernels. Where a kernel rounds its activations (docs/format.md
+§6: a weight MUL_MAT converts src1 to the weight's vec_dot_type, Q8 blocks for quantized weights or f16 for F16
 ones; an f16 KV cache stores K and V in f16 and kq/kqv convert q and P to f16), one build may round where the other
 does not (llamafile's sgemm takes f32 activations as they are), or round a value the other computed a hair apart to
 the neighbouring step. Each such rounding moves a value by up to u of its size, u the unit of the conversion:
@@ -53,7 +53,7 @@ MEAN_FACTOR = 2.0  # rms is below that of the V rows they carry; measured: their
 SOFTMAX_ROLES = ("kq_soft_max",)  # a weight moves with its own size: |ΔP_j| ≤ P_j·(e^(|Δx_j| + L) − 1), softmax.py
 SOFTMAX_FACTOR = 1.5  # on P_j instead of the rms, where no scores are printed in both; measured: largest need 4.45
 SOURCE_OF = {"k_store": ("Kcur", "k_view"), "v_store": ("Vcur", "v_view")}  # a cache write carries their values
-ROUNDING_OPS = ("MUL_MAT", "MUL_MAT_ID", "GELU")  # GELU reads an f16 table (FORMAT.md §3)
+ROUNDING_OPS = ("MUL_MAT", "MUL_MAT_ID", "GELU")  # GELU reads an f16 table (docs/format.md §6)
 STORE_OPS = ("SET_ROWS", "CPY")
 
 

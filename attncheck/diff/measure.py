@@ -118,7 +118,7 @@ def full_sum(s: Sample) -> bool:
 
 def sum_diff(sa: Sample, sb: Sample, tol: Tolerance, drift: float = 0.0) -> SumDiff | None:
     """Sums of equal-ne full tensors: 2·5e-7 for the two `%f` prints, n·sum_atol, plus rtol and f32 accumulation
-    (n·2^-24, FORMAT.md §3) of Σ|x|, estimated as n times the mean printed |x|; plus n times the drift each element
+    (n·2^-24, docs/format.md §6) of Σ|x|, estimated as n times the mean printed |x|; plus n times the drift each element
     may show (drift model)."""
     if not (full_sum(sa) and full_sum(sb)):
         return None

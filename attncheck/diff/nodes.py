@@ -3,7 +3,7 @@ compare (NodeDiff), nodes in one dump only (Unmatched).
 
 Tolerances. The default is the drift of two correct builds (drift.py): print precision plus an allowance, relative
 to the node's printed rms, for the activation roundings on the node's path. `--exact` (EXACT) is the print precision
-(FORMAT.md §3), for two runs of one build: |new − old| ≤ ATOL + RTOL·max(|old|, |new|).
+(docs/format.md §6), for two runs of one build: |new − old| ≤ ATOL + RTOL·max(|old|, |new|).
 ATOL = 1e-4: each printed value is within 5e-5 of the stored one, so two builds that store the same number print
 values at most 1e-4 apart. RTOL = 2^-16: the same f32 op evaluated in another order (SIMD width, threads) differs by
 about n·2^-24 relative; 2^-16 allows n = 256 and stays 32× below one f16 rounding (2^-11), so a change of storage type

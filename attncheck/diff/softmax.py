@@ -1,4 +1,5 @@
-"""The drift allowance of a softmax weight, derived from its row's score drift through the softmax.
+"""The drift allowance of a softmax weight, derived from its row's score drift through the softmax (docs/numerics.md
+§4.3).
 
 SOFT_MAX reads a row of scores s (kq, or what SOFT_MAX reads after it: a soft-cap, a score bias) and computes
 p = softmax(x), x = s·c + mask (+ ALiBi; c the site's kq_scale; mask, ALiBi and sinks are the same in both builds).

@@ -1,6 +1,6 @@
 """Resolving the sources a header names to the nodes printed before it.
 
-FORMAT.md §1: a source named in a header is the most recent node of that name printed before it. llama.cpp reuses
+docs/format.md §2: a source named in a header is the most recent node of that name printed before it. llama.cpp reuses
 names, though: with a quantized KV cache the rotated q, k and v are each ` (reshaped)`, and a view of one is printed
 after all three. The header also gives the source's ne, which tells q from k and v; and a view prints the very
 values of its source, which tells k from v when their ne are equal too.

@@ -3,7 +3,7 @@
 The dump prints 6 of D_h dims and 6 of n_kv slots; the reference has all of them. For the walked query at position
 pos: q [D_h], K_h and V_h [pos + 1, D_h] (the visible slots), kq and kq_soft_max [pos + 1], kqv [D_h]; each paired
 with the dumped value where llama.cpp printed one (NaN where it did not). The verdicts are those of
-`check --model` (model_checks.py) for this layer, restricted to this head, so inspect and check agree.
+`check --model` (model/checker.py) for this layer, restricted to this head, so inspect and check agree.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What `attncheck inspect` shows, as data: the rows of a head, the chosen query's row, the weighted sum, the walk.
 
-Per-head views as in FORMAT.md §2: Q_h, O_h [T, D_h]; K_h, V_h [n_kv, D_h]; S_h, P_h [T, n_kv].
+Per-head views as in docs/format.md §4: Q_h, O_h [T, D_h]; K_h, V_h [n_kv, D_h]; S_h, P_h [T, n_kv].
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The error model of `--model`: how far a printed node may lie from the reference forward pass.
+"""The error model of `--model`: how far a printed node may lie from the reference forward pass (docs/numerics.md §3).
 
 A dump alone cannot check k·q (it needs all D_h components of q and k) nor a query whose visible slots were not
 printed. The GGUF weights and the token ids give everything back: reference.py recomputes every node of the run, and

@@ -4,7 +4,7 @@ gguf.quants' block dequantizers.
 
 The fast paths exist for time: gguf.quants.dequantize works in groups of 16 rows, and its Q4_1 takes 4.7 ms for a
 576×1536 weight where this takes 1.7 ms; a 30-layer model holds 210 such matrices, dequantized once per run.
-Each block layout is ggml-common.h's (tests/test_weight_types.py checks them against gguf.quants on every type).
+Each block layout is ggml-common.h's (tests/test_weight_arith.py checks them against gguf.quants on every type).
 """
 
 from __future__ import annotations

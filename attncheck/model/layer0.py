@@ -1,4 +1,5 @@
-"""Layer 0's error terms, whose inputs llama.cpp and the reference share up to f32 noise (compare.py composes them).
+"""Layer 0's error terms, whose inputs llama.cpp and the reference share up to f32 noise (compare.py composes them;
+derived in docs/numerics.md §3.2).
 
 - noise(): f32 summation order. A dot product of n terms summed in at least 8 SIMD lanes (ggml's vec_dot kernels,
   llamafile's tinyBLAS) errs by at most gamma(n) = (n/8 + 4)·2^-24 times Σ|terms|, whatever the order; the

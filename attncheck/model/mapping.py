@@ -22,7 +22,7 @@ from ..dump.roles import Roles, assign
 
 LAYOUT = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT"}  # ops that move values without computing
 
-# reference quantity -> its canonical labels (the axes of the array model_expect.Expected gives for it)
+# reference quantity -> its canonical labels (the axes of the array expect.Expected gives for it)
 CANONICAL = {
     "Qcur": ("query", "head", "dim"),  # Qcur after RoPE [T, H, D_h]
     "q_scaled": ("query", "head", "dim"),  # q pre-scaled (gemma, phi3)

@@ -2,7 +2,7 @@
 
 These runs go beyond the shipped dumps (longer prompts, flash attention with many queries, -ub, f32 and bf16
 caches): a correct llama.cpp must pass every check against the model's reference forward pass, with the error model
-of attncheck/model_checks.py, and a wrong model must not.
+of attncheck/model/bounds.py, and a wrong model must not.
 """
 from __future__ import annotations
 

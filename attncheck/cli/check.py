@@ -29,8 +29,9 @@ from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, 
 @click.option("-q", "--quiet", is_flag=True, help="Only the failures and the verdict line.")
 @click.option("-v", "--verbose", is_flag=True, help="A row per evaluation × layer, every check of every site, "
                                                     "every failing element kept.")
-@click.option("--model", metavar="GGUF", help="Also check every printed attention number against this model's "
-                                              "reference forward pass (gpt2, llama).")
+@click.option("--model", metavar="GGUF", help="Also check every printed node against this model's reference "
+              "forward pass (gpt2, llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, starcoder2, falcon); for "
+              "another architecture, its header's attention facts drive the dump-only checks.")
 @click.option("--tokens", metavar="IDS", help="The prompt's token ids, e.g. 1,2,3, for logs that do not print them.")
 @html_option("the report, a layer × head grid and each head's heatmaps")
 def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fail_fast, quiet, verbose, model, tokens,

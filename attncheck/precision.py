@@ -1,5 +1,5 @@
-"""How exact the dumped numbers are (docs/format.md §6): the terms every per-element bound is built from (docs/numerics.md
-§1)."""
+"""How exact the dumped numbers are (docs/format.md §6): the terms every per-element bound is built from
+(docs/numerics.md §1)."""
 from __future__ import annotations
 
 PRINT = 5e-5  # `%12.4f`: a printed value is within half a unit of the 4th decimal of the stored one

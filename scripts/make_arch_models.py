@@ -69,7 +69,8 @@ WORDS = ["How", " are", " you", "I", " like", " to", " draw", "The", " cat", " s
 
 
 def gpt2_vocab():
-    """The byte-level BPE vocabulary of the models in fixtures/models/: 256 byte tokens, one merge chain per word, <|endoftext|>."""
+    """The byte-level BPE vocabulary of the models in fixtures/models/: 256 byte tokens, one merge chain per word,
+    <|endoftext|>."""
     b2u = bytes_to_unicode()
     tokens = list(b2u.values())
     merges, seen = [], set(tokens)

@@ -1,9 +1,9 @@
 """One head walked by hand: one query's scores, scale, mask, weights and weighted sum, recomputed beside the dump.
 
 `walk(dump, layer, head)` picks a site and returns a `HeadWalk` (records.py): numbers only, no printing
-(render.py shows them). Per-head views as in docs/format.md §4: Q_h, O_h [T, D_h]; K_h, V_h [n_kv, D_h]; S_h, P_h [T, n_kv]. The
-recomputations and bounds are those of checks.py (softmax over the visible slots, Σ_j p_j v_j with the dumped
-p_j), so `inspect` and `check` agree on every element.
+(render.py shows them). Per-head views as in docs/format.md §4: Q_h, O_h [T, D_h]; K_h, V_h [n_kv, D_h];
+S_h, P_h [T, n_kv]. The recomputations and bounds are those of checks.py (softmax over the visible slots,
+Σ_j p_j v_j with the dumped p_j), so `inspect` and `check` agree on every element.
 """
 from __future__ import annotations
 

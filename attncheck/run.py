@@ -103,10 +103,12 @@ class Tee:
     """A binary stream over the process's output that copies what is read to a file, remembers the last lines, and
     never waits for ever: STALL seconds without output, or GRACE seconds after the process exited, end it."""
 
-    def __init__(self, proc: subprocess.Popen, keep: BinaryIO | None, stall: float, tail_lines: int = 12):
+    def __init__(self, proc: subprocess.Popen, keep: BinaryIO | None, stall: float, tail_lines: int = 40):
         self._proc, self._keep, self._stall = proc, keep, stall
         self._fd = proc.stdout.fileno()  # type: ignore[union-attr]
         self._tail: deque[bytes] = deque(maxlen=tail_lines)
+        self._head: list[bytes] = []  # the first lines: a 2024 build says what it refused, then prints its usage
+        self._head_lines = tail_lines
         self._eof = False
         self.name = BINARY
         self.stalled: DumpError | None = None
@@ -129,6 +131,8 @@ class Tee:
             self._keep.write(data)
         if data:  # the last lines only: splitting a block of millions of short lines would cost as much again
             self._tail.extend(data[-TAIL_BYTES:].splitlines()[-self._tail.maxlen:])
+            if len(self._head) < self._head_lines:
+                self._head += data[:TAIL_BYTES].splitlines()[:self._head_lines - len(self._head)]
         return data
 
     def _next(self, n: int, wait: float | None) -> bytes | None:
@@ -153,6 +157,9 @@ class Tee:
 
     def tail(self) -> str:
         return "\n".join(line.decode("utf-8", "replace") for line in self._tail)
+
+    def head(self) -> str:
+        return "\n".join(line.decode("utf-8", "replace") for line in self._head)
 
 
 class Process:
@@ -213,6 +220,12 @@ class Process:
             self._proc.stdout.close()
 
     def failure(self, code: int) -> DumpError:
-        tail = self.stream.tail()
-        said = f"its last lines:\n{tail}" if tail.strip() else "it printed nothing (llama.cpp's logger can lose its output at exit)"
+        """The exit code and, on the one line, llama.cpp's error lines (dump/llama_log.py), else its last lines."""
+        from .dump.llama_log import error_lines
+
+        last = self.stream.tail().split("\n")
+        errors = error_lines(self.stream.head().split("\n") + last)  # each line once: the two may overlap
+        shown = errors or [ln.strip() for ln in last if ln.strip()][-3:]
+        said = ("it said: " if errors else "its last lines: ") + " | ".join(shown) if shown else \
+            "it printed nothing (llama.cpp's logger can lose its output at exit)"
         return DumpError(BINARY, None, f"exited with code {code}; {said}")

@@ -260,12 +260,24 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
         if not seen_header:
             if not buf.strip():
                 raise DumpError(source, None, "empty input: no llama.cpp tensor dump")
-            raise DumpError(
-                source, None,
-                "no tensor dump found (no 'common_debug_cb_eval:' or 'ggml_debug:' header lines); "
-                "run llama-eval-callback and pipe its output with 2>&1",
-            )
+            raise _no_dump(buf, line, source)
         return
+
+
+def _no_dump(text: bytes, line: int, source: str) -> DumpError:
+    """A log without a tensor header: llama.cpp's own error lines when it printed any (it stopped before computing:
+    a refused option, a model it could not load), at the line of the first; else how to make a dump. text: the
+    log's last block, which starts on `line`."""
+    from .llama_log import error_lines
+
+    lines = text.decode("utf-8", "replace").split("\n")
+    said = error_lines(lines)
+    if said:
+        first = next(k for k, ln in enumerate(lines) if ln.rstrip().endswith(said[0].removeprefix("E ")))
+        return DumpError(source, line + first, "no tensor dump: llama.cpp stopped before computing; it said: "
+                                               + " | ".join(said))
+    return DumpError(source, None, "no tensor dump found (no 'common_debug_cb_eval:' or 'ggml_debug:' header lines); "
+                                   "run llama-eval-callback and pipe its output with 2>&1")
 
 
 def _print_end(text: bytes, end: int, pending: tuple) -> int:

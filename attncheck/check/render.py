@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..arch.vocab import shown
+from ..arch.vocab import token_unit
 from ..errors import markup, printable
 from ..results import SiteReport, describe
 from .columns import NEVER, Col, dropped, extent, fit
@@ -251,7 +251,7 @@ def facts_lines(report: Report) -> list[str]:
 
 def token_lines(report: Report) -> list[str]:
     """With a model: each run's tokens, id and text."""
-    return [f"tokens of run {r}: " + "  ".join(f"{i} {markup(shown(t))}" for i, t in zip(ids, text))
+    return [f"tokens of run {r}: " + "  ".join(token_unit(i, t, markup=True) for i, t in zip(ids, text))
             for r, (ids, text) in enumerate(zip(report.tokens, report.token_text)) if ids and text]
 
 

@@ -118,7 +118,7 @@ def _repeats_note(repeats: int) -> str:
 @jobs_option("reading each dump", "the listing")
 def list_(dumps, json_out, model, verbose, jobs):
     """What dumps hold: runs, evaluations, each layer's attention and its nodes (default: stdin)."""
-    from ..arch.vocab import shown
+    from ..arch.vocab import token_unit
 
     meta = model_meta(model)
     console = make_console(stderr=json_out == "-")
@@ -147,10 +147,10 @@ def list_(dumps, json_out, model, verbose, jobs):
                               "them)[/]")
             for r in doc["runs"]:
                 ids = "no token ids in the log" if r["tokens"] is None else f"{len(r['tokens'])} tokens {r['tokens']}"
-                if r.get("token_text") is not None:
+                if r.get("token_text") is not None:  # each id and its text one unit, never broken across lines
                     ids = f"{len(r['tokens'])} tokens " + "  ".join(
-                        f"{i} {shown(t)}" for i, t in zip(r["tokens"], r["token_text"]))
-                console.print(printable(f"run at line {r['line']}: {ids}"), markup=False)
+                        token_unit(i, t) for i, t in zip(r["tokens"], r["token_text"]))
+                console.print(f"run at line {r['line']}: {ids}", markup=False)
         for w in doc["warnings"]:  # as `check` writes them: stderr, one visible line each
             warn(w)
     if json_out:

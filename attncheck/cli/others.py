@@ -54,8 +54,7 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, to
         fail(f"{dump}: internal error ({type(e).__name__}: {e}); please report it with the dump")
         sys.exit(EXIT_INPUT)
     if json_out != "-":
-        # under NO_COLOR, no escapes at all: shades and numbers carry the heatmap
-        console = make_console(**({"color_system": None} if os.environ.get("NO_COLOR") else {}))
+        console = make_console()  # under NO_COLOR no escapes at all: shades and numbers carry the heatmap
         render_walk(w, console)
         if mw is not None:
             from ..inspect.render_model import render_model_walk

@@ -67,7 +67,7 @@ def _label(gap: tuple[int, int]) -> str:
 
 def _tok(w: HeadWalk, position: int) -> str:
     t, text = w.token(position), w.token_text(position)
-    return "" if t is None else f" tok {t}" + ("" if text is None else f" {escape(shown(text))}")
+    return "" if t is None else f" tok {t}" + ("" if text is None else f" {shown(text, markup=True)}")
 
 
 def header(w: HeadWalk) -> Panel:

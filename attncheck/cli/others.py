@@ -1,15 +1,17 @@
 """`attncheck inspect` (one head walked by hand) and `attncheck diff` (two dumps node by node)."""
 from __future__ import annotations
 
-import os
+import shutil
 import sys
+import tempfile
+from contextlib import contextmanager
 
 import click
 
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..errors import DumpError, ModelError
 from .common import (SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option, json_option,
-                     junit_option, tokens as parse_tokens, vocab, warn, write_html, write_json,
+                     junit_option, to_stdout, tokens as parse_tokens, vocab, warn, write_html, write_json,
                      write_junit)
 
 
@@ -92,6 +94,19 @@ def _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, mod
     sys.exit(combine([EXIT_PASS if mw.passed else EXIT_FAIL, code]))
 
 
+@contextmanager
+def spooled(*paths: str):
+    """The dumps as files: '-' (stdin) copied into a temporary file, removed afterwards; and what to call each
+    ('<stdin>' for the spooled one, None for a file)."""
+    if "-" not in paths:
+        yield paths, tuple(None for _ in paths)
+        return
+    with tempfile.NamedTemporaryFile(prefix="attncheck-stdin-", suffix=".txt") as f:
+        shutil.copyfileobj(sys.stdin.buffer, f, 1 << 20)
+        f.flush()
+        yield tuple(f.name if p == "-" else p for p in paths), tuple("<stdin>" if p == "-" else None for p in paths)
+
+
 @click.command(name="diff")
 @click.argument("old")
 @click.argument("new")
@@ -121,8 +136,8 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
         raise click.UsageError("--nmse replaces --atol/--rtol: give one or the other")
     if nmse and exact:
         raise click.UsageError("--nmse replaces --exact: give one or the other")
-    if "-" in (old, new):
-        raise click.UsageError("diff reads each dump twice (the node diff, then its check): give files, not '-'")
+    if old == new == "-":
+        raise click.UsageError("OLD and NEW are both '-': stdin is one dump; give the other as a file")
     if atol is not None or rtol is not None:
         tol = Tolerance(ATOL if atol is None else atol, RTOL if rtol is None else rtol, False, "--atol/--rtol", False)
     elif nmse:
@@ -134,8 +149,9 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
 
         from ..check.pool import jobs_default
 
-        rep = diff(old, new, prefix=prefix, tolerance=tol, weight_types=weight_types_of(model) if model else None,
-                   jobs=jobs or jobs_default(), model=model)
+        with spooled(old, new) as (paths, names):  # diff reads each dump twice: stdin is kept in a file meanwhile
+            rep = diff(*paths, prefix=prefix, tolerance=tol, weight_types=weight_types_of(model) if model else None,
+                       jobs=jobs or jobs_default(), model=model, names=names)
     except Exception as e:  # unusable input (DumpError names file and line) or a bug: one line, exit 2
         what = (str(e) if isinstance(e, (DumpError, ModelError))
                 else f"internal error ({type(e).__name__}: {e}); please report it")
@@ -146,7 +162,7 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
         fail(f"{old} vs {new}: {rep.error}")
     elif rep.new_side is not None and rep.new_side.error:
         fail(rep.new_side.error)
-    render_diff(rep, make_console(stderr=json_out == "-"), quiet=quiet, verbose=verbose)
+    render_diff(rep, make_console(stderr=to_stdout(json_out, junit)), quiet=quiet, verbose=verbose)
     codes = [rep.exit_code]
     if json_out:
         codes.append(write_json(diff_dict(rep), json_out))

@@ -212,7 +212,7 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
                 yield _node(pending, held + body)
             elif not seen_header and not noted and (hit := _PRINTED_LINE.search(body)):
                 yield Note(line + body.count(b"\n", 0, hit.start()), "printed values before the first header "
-                                                                     "(the header line lost?)")
+                                                                     "(the header line lost?): skipped, no node holds them")
             if held_runs:
                 yield from held_runs
             elif runs_here:
@@ -230,7 +230,8 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
             if buf[start : at + 14] != b"common_debug_cb_eval":  # today's prefix alone on its line: the common case
                 lead = buf[start:at]
                 if lead != (b"common" if m.group(0).startswith(b"_debug_cb_eval") else b"ggml"):
-                    yield Note(header_line, f"header of '{parsed[0]}' shares its line with other output")
+                    yield Note(header_line, f"header of '{parsed[0]}' shares its line with other output: read all "
+                                            "the same")
             seen_header = True
             pending = parsed + (header_line, line)
         carry = buf[pos:]
@@ -246,7 +247,7 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
                         hit := _PRINTED_LINE.search(carry, keep, last)):
                     noted = True
                     yield Note(at + carry.count(b"\n", keep, hit.start()), "printed values before the first header "
-                                                                           "(the header line lost?)")
+                                                                           "(the header line lost?): skipped, no node holds them")
                 if not any(r.tokens for r in held_runs) and any(  # a run's token ids outrank a bare system_info line
                         carry.find(key, keep, last) >= 0 for key in (b"system_info:", b"number of input tokens")):
                     held_runs = list(_tokens(carry[keep:last], at, source)) or held_runs

@@ -113,6 +113,9 @@ class HeadWalk:
     n_tokens: int = 0  # slots holding a token
     facts: tuple[str, ...] = ()  # the attention facts used, each with where it came from
     token_texts: tuple[str, ...] | None = None  # with a model: the text of each token of the run
+    # no model, log or option gave the sliding window, the data pinned none, and this row's printed weights do not
+    # confirm its visible slots (not all printed, or beyond their bounds): a window may mask the earliest of them
+    window_unknown: bool = False
 
     @property
     def position(self) -> int:

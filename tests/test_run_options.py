@@ -10,27 +10,14 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES, attncheck as run
+from standin import stand_in
 
 GPT2 = FIXTURES / "models" / "gpt2-mini-q8_0.gguf"
 REFUSED = FIXTURES / "refused"
-HELP = "[ \"$1\" = --help ] && { echo '--flash-attn [on|off|auto]'; exit 0; }\n"
-
-
-def stand_in(tmp_path: Path, prints: Path, code: int = 0) -> tuple[Path, Path]:
-    """A llama-eval-callback that records each start (its arguments, one per line) and prints `prints`."""
-    args = tmp_path / "args"
-    script = tmp_path / "llama-eval-callback"
-    script.write_text(f"#!/bin/sh\necho started >> '{tmp_path / 'starts'}'\n" + HELP
-                      + f"printf '%s\\n' \"$@\" > '{args}'\ncat '{prints}'\nexit {code}\n")
-    script.chmod(0o755)
-    return script, args
-
-
 def _error_lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("attncheck: error:")]
 

@@ -5,7 +5,6 @@ without a model not claiming visible what a window it cannot know might mask; ch
 kqv elements it could not check; diff -v's node names whole and its rule as wide as its table."""
 from __future__ import annotations
 
-import json
 import re
 
 import pytest

@@ -206,45 +206,22 @@ def run(model, prompt, binary, keep, dump_only, stall, kq_scale, layers, heads, 
     also checked against -m's reference forward pass (as check --model) unless --dump-only is given or the
     architecture is not one attncheck computes (a warning says so).
     """
-    from .. import run as runner
-    from ..arch.gguf_header import read_header
-    from ..arch.header import require_shape
+    from dataclasses import fields
+
     from ..check.page import PageData
-    from ..verify import verify
+    from ..run import BINARY, run_llama
 
     if not os.path.isfile(model):  # before llama.cpp starts: it would wait on a FIFO for ever, read a folder as nothing
         fail(f"-m {model}: {'no such file' if not os.path.exists(model) else 'not a regular file'}")
         sys.exit(EXIT_INPUT)
     stdout_report = to_stdout(json_out, junit)
-    reference = None if dump_only else model
-    if reference is not None:
-        try:
-            require_shape(read_header(reference).meta, reference)
-        except ModelError as e:  # llama.cpp may still run it: check from the dump alone
-            warn(f"no --model checks: {e}")
-            reference = None
-    opts = _options(kq_scale, layers, heads, atol, rtol, jobs, fail_fast, reference, tokens)
+    opts = _options(kq_scale, layers, heads, atol, rtol, jobs, fail_fast, None, tokens)
+    page = PageData(BINARY, opts.heads, opts.layers) if html_out else None
     try:
-        proc = runner.Process(runner.command(runner.find_binary(binary), model, prompt, extra), keep, stall)
-    except DumpError as e:
+        report = run_llama(model, prompt, extra, binary=binary, keep=keep, dump_only=dump_only, stall=stall,
+                           observe=page, **{f.name: getattr(opts, f.name) for f in fields(opts) if f.name != "model"})
+    except (DumpError, ModelError) as e:
         fail(str(e))
-        sys.exit(EXIT_INPUT)
-    report, error = None, None
-    page = PageData(proc.stream.name, opts.heads, opts.layers) if html_out else None
-    with proc:  # llama.cpp's process group ends with this block, whatever ends it
-        try:
-            report = verify(proc.stream, opts, observe=page)
-        except (DumpError, ModelError) as e:
-            error = e
-        code = proc.finish()
-    if proc.stream.stalled is not None:
-        fail(str(proc.stream.stalled))
-        sys.exit(EXIT_INPUT)
-    if code != 0:
-        fail(str(proc.failure(code)))
-        sys.exit(EXIT_INPUT)
-    if error is not None:
-        fail(str(error))
         sys.exit(EXIT_INPUT)
     _shown(report, opts, make_console(stderr=stdout_report), quiet, verbose)
     inputs = [(report.source, report.exit_code, None)]

@@ -50,6 +50,12 @@ class DiffReport:
     sides: tuple | None = None  # (OLD, NEW) sides.Side: each dump checked as `check` (--model: `check --model`)
     paths: tuple[str, str] | None = None  # the files read, where they are not old and new (stdin spooled to a file)
 
+    def to_dict(self) -> dict:
+        """The JSON of `attncheck diff --json` (schema 1, kind diff)."""
+        from .render import diff_dict
+
+        return diff_dict(self)
+
     def path(self, side: str) -> str:
         """The file of side 'old' or 'new', to read again for its check."""
         return self.paths[side == "new"] if self.paths else getattr(self, side)

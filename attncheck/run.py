@@ -1,4 +1,7 @@
-"""`attncheck run`: start llama-eval-callback and check its output as it streams, optionally keeping a copy."""
+"""`attncheck run`: start llama-eval-callback and check its output as it streams, optionally keeping a copy.
+
+The module is callable (commands.py): `attncheck.run(model, prompt, ...)` is `attncheck run` for Python (run_llama).
+"""
 from __future__ import annotations
 
 import os
@@ -12,7 +15,8 @@ from collections import deque
 from functools import lru_cache
 from typing import BinaryIO
 
-from .errors import DumpError
+from .commands import callable_module
+from .errors import DumpError, ModelError
 
 BINARY = "llama-eval-callback"
 ENV_BINARY = "LLAMA_EVAL_CALLBACK"
@@ -103,10 +107,12 @@ class Tee:
     """A binary stream over the process's output that copies what is read to a file, remembers the last lines, and
     never waits for ever: STALL seconds without output, or GRACE seconds after the process exited, end it."""
 
-    def __init__(self, proc: subprocess.Popen, keep: BinaryIO | None, stall: float, tail_lines: int = 12):
+    def __init__(self, proc: subprocess.Popen, keep: BinaryIO | None, stall: float, tail_lines: int = 40):
         self._proc, self._keep, self._stall = proc, keep, stall
         self._fd = proc.stdout.fileno()  # type: ignore[union-attr]
         self._tail: deque[bytes] = deque(maxlen=tail_lines)
+        self._head: list[bytes] = []  # the first lines: a 2024 build says what it refused, then prints its usage
+        self._head_lines = tail_lines
         self._eof = False
         self.name = BINARY
         self.stalled: DumpError | None = None
@@ -129,6 +135,8 @@ class Tee:
             self._keep.write(data)
         if data:  # the last lines only: splitting a block of millions of short lines would cost as much again
             self._tail.extend(data[-TAIL_BYTES:].splitlines()[-self._tail.maxlen:])
+            if len(self._head) < self._head_lines:
+                self._head += data[:TAIL_BYTES].splitlines()[:self._head_lines - len(self._head)]
         return data
 
     def _next(self, n: int, wait: float | None) -> bytes | None:
@@ -153,6 +161,9 @@ class Tee:
 
     def tail(self) -> str:
         return "\n".join(line.decode("utf-8", "replace") for line in self._tail)
+
+    def head(self) -> str:
+        return "\n".join(line.decode("utf-8", "replace") for line in self._head)
 
 
 class Process:
@@ -213,6 +224,56 @@ class Process:
             self._proc.stdout.close()
 
     def failure(self, code: int) -> DumpError:
-        tail = self.stream.tail()
-        said = f"its last lines:\n{tail}" if tail.strip() else "it printed nothing (llama.cpp's logger can lose its output at exit)"
+        """The exit code and, on the one line, llama.cpp's error lines (dump/llama_log.py), else its last lines."""
+        from .dump.llama_log import error_lines
+
+        last = self.stream.tail().split("\n")
+        errors = error_lines(self.stream.head().split("\n") + last)  # each line once: the two may overlap
+        shown = errors or [ln.strip() for ln in last if ln.strip()][-3:]
+        said = ("it said: " if errors else "its last lines: ") + " | ".join(shown) if shown else \
+            "it printed nothing (llama.cpp's logger can lose its output at exit)"
         return DumpError(BINARY, None, f"exited with code {code}; {said}")
+
+
+def run_llama(model: str, prompt: str, llama_args: tuple[str, ...] = (), *, binary: str | None = None,
+              keep: str | None = None, dump_only: bool = False, stall: float = STALL, observe=None, **options):
+    """`attncheck run -m MODEL -p PROMPT [-- LLAMA_ARGS]` for Python: run llama-eval-callback and check its output
+    as it streams; the check.report.Report its JSON is made from (`.to_dict()`, `.exit_code`). The printed numbers
+    are checked against the model's reference forward pass too unless dump_only (or attncheck has none for its
+    architecture: a warning in the report says so). llama_args go to llama.cpp (flash attention off unless they set
+    it); options are verify.Options' (layers=, heads=, kq_scale=, tokens=, jobs=, ...); observe: verify's. A model
+    that is not a regular file is a ModelError before llama.cpp starts; a binary that cannot start, fails or
+    stalls `stall` seconds, a DumpError naming it (and what it said)."""
+    from .arch.gguf_header import read_header
+    from .arch.header import require_shape
+    from .verify import Options, verify
+
+    if not os.path.isfile(model):  # before llama.cpp starts: it would wait on a FIFO for ever, read a folder as nothing
+        raise ModelError(model, "no such file" if not os.path.exists(model) else "not a regular file")
+    reference, why_not = (None if dump_only else model), ""
+    if reference is not None:
+        try:
+            require_shape(read_header(reference).meta, reference)
+        except ModelError as e:  # llama.cpp may still run it: check from the dump alone
+            reference, why_not = None, f"no --model checks: {e}"
+    opts = Options(**{"require_ids": False, **options, "model": reference})
+    proc = Process(command(find_binary(binary), model, prompt, tuple(llama_args)), keep, stall)
+    report, error = None, None
+    with proc:  # llama.cpp's process group ends with this block, whatever ends it
+        try:
+            report = verify(proc.stream, opts, observe=observe)
+        except (DumpError, ModelError) as e:
+            error = e
+        code = proc.finish()
+    if proc.stream.stalled is not None:
+        raise proc.stream.stalled
+    if code != 0:
+        raise proc.failure(code)
+    if error is not None:
+        raise error
+    if why_not:
+        report.warnings.insert(0, why_not)
+    return report
+
+
+callable_module(__name__, run_llama)

@@ -191,7 +191,7 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
         if opts.fail_fast and not sr.passed:
             report.stopped_early = True
             break
-    _fill(report, dump.source, read, summary)
+    _fill(report, dump.source, read, summary, model is not None)
     for r in (report.model or {}).get("runs") or []:
         if r.get("not_checked"):
             report.warnings.append(printable(f"{dump.source}: run {r['run']} not checked against the model "
@@ -266,8 +266,16 @@ def _by_evaluation(dump: Dump, checker: DumpChecker, model, opts: Options, repor
     return from_dump, from_model, read
 
 
-def _fill(report: Report, source: str, read: Read, summary) -> None:
-    """The report's dump-wide figures and warnings."""
+def _note(note, model: bool) -> str:
+    """A note of the reading as a warning that says what it cost: damage that an attention check needed is an error
+    (dump/graph.py), so the damage a warning names was needed by none; with a model, its checks skip it too."""
+    if not note.damage:
+        return note.message
+    return note.message + "; no attention check needed it" + ("; --model checks skip it" if model else "")
+
+
+def _fill(report: Report, source: str, read: Read, summary, model: bool = False) -> None:
+    """The report's dump-wide figures and warnings (model: the --model checks ran)."""
     report.evaluations, report.flash_nodes = read.evaluations, read.flash
     report.layers_seen = summary.layers_seen
     report.layer_kinds = summary.layer_kinds
@@ -277,7 +285,7 @@ def _fill(report: Report, source: str, read: Read, summary) -> None:
                                                                    summary.hint)
     report.runs = len(read.runs) or (1 if report.evaluations else 0)
     report.tokens = [r.tokens for r in read.runs]
-    report.warnings = [f"{source}:{n.line}: {n.message}" for n in read.notes] + summary.warnings
+    report.warnings = [f"{source}:{n.line}: {_note(n, model)}" for n in read.notes] + summary.warnings
     if read.cut is not None and not report.stopped_early:
         report.warnings.append(
             f"{source}:{read.cut.line}: the output ends inside node '{read.cut.name}' "

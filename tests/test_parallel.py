@@ -140,17 +140,17 @@ def test_early_reports_fall_when_the_run_pins_other_factors(monkeypatch):
 def test_list_does_not_depend_on_parts(tmp_path, monkeypatch):
     """`list` reads in parts too: three runs one after another, cut anywhere, list the same evaluations, runs,
     n_past and token ids as read whole."""
-    from attncheck.cli.listing import _listed
+    from attncheck import list_dump
 
     path = tmp_path / "three.txt"
     path.write_bytes(b"".join((FIXTURES / n).read_bytes() for n in ("gpt2-ubatch2.txt", "llama-gqa-long.txt",
                                                                     "gpt2-ubatch2.txt")))
     monkeypatch.setattr(parts_module, "PART", 1 << 30)
-    whole = _listed(str(path), None, jobs=1)
+    whole = list_dump(str(path), jobs=1)
     assert len(whole["runs"]) == 3 and whole["evaluations"] > 6
     for part in (500, 3000, 60000):
         monkeypatch.setattr(parts_module, "PART", part)
-        assert _listed(str(path), None, jobs=2) == whole, part
+        assert list_dump(str(path), jobs=2) == whole, part
     one = run("list", path, "-j", "1", "--json", "-")
     two = run("list", path, "-j", "2", "--json", "-")
     assert one.code == two.code == 0 and one.out == two.out and one.err == two.err

@@ -681,7 +681,8 @@ def test_cli_truncated_stdin_is_a_verdict():
     assert first.kqv.end <= last.start and second.scores.start > last.start
     r = cli(stdin=t.data[:cut])
     assert r.code == 0, r.err
-    assert re.search(r"^PASS <stdin>: .* in 1 site \(1 evaluation\)$", r.out, re.M), r.out[-500:]
+    assert re.search(r"^PASS <stdin>: .* in 1 site \(1 evaluation\)(; \d+ of \d+ printed kqv elements \(\d+%\) not "
+                     r"checkable from the dump alone)?$", r.out, re.M), r.out[-500:]
     assert r.err.strip() == (f"attncheck: warning: <stdin>:{last.start + 1}: the output ends inside node '{last.name}' "
                              "(llama.cpp's logger loses its tail at exit); no check needed it")
 

@@ -63,7 +63,7 @@ def test_a_good_scale_is_still_taken():
 
 
 def test_a_typo_for_a_command_names_the_commands():
-    line = one_error_line(run("chek", HOW_ARE), "'chek'", "check, diff, inspect, list, run", "did you mean check?")
+    line = one_error_line(run("chek", HOW_ARE), "'chek'", "check, diff, help, inspect, list, run", "did you mean check?")
     assert "PASS" not in line
     one_error_line(run("no-such-dump.txt"), "'no-such-dump.txt'", "neither a command nor a file")
     assert run(HOW_ARE, "-q").code == 0  # a file first is still `check FILE`

@@ -2,45 +2,21 @@
 prints its numbers whole (fewer columns or wrapped cells, never `15.57…`); a pipe follows COLUMNS."""
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
 import re
-import struct
-import subprocess
-import sys
-import termios
 
 import pytest
 
+import terminal
 from conftest import FIXTURES, attncheck as run
+from terminal import plain
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 CUT_NUMBER = re.compile(r"\d…|\d\.…|-…")  # a number rich cut short
 
 
 def in_terminal(columns: int, *args: str) -> tuple[int, list[str]]:
     """Run attncheck in a pseudo-terminal of `columns` × 50 (no COLUMNS in the environment): exit code, lines."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "CI")}
-    env["TERM"] = "xterm"
-    proc = subprocess.Popen([sys.executable, "-m", "attncheck", *map(str, args)], stdin=slave, stdout=slave,
-                            stderr=slave, env=env, close_fds=True)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # the child closed its side
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    code = proc.wait(timeout=120)
-    text = ANSI.sub("", b"".join(chunks).decode("utf-8", "replace")).replace("\r\n", "\n")
-    return code, text.splitlines()
+    code, raw = terminal.in_terminal(columns, *args)
+    return code, plain(raw)
 
 
 def rows_between(lines: list[str], title: str, stop=lambda line: not line.strip()) -> list[str]:
@@ -110,7 +86,7 @@ def test_diff_keeps_each_nodes_verdict(columns):
     code, lines = in_terminal(columns, "diff", FIXTURES / "gpt2-how-are-you.txt", FIXTURES / "gpt2-kv-f32.txt",
                               "--exact")
     assert code == 1
-    rows = rows_between(lines, "diff ", stop=lambda line: not line.strip())
+    rows = rows_between(lines, "diff", stop=lambda line: not line.strip())
     verdicts = [r.split()[-1] for r in rows if re.match(r" \d+/", r)]
     assert len(verdicts) == 70 and set(verdicts) == {"same", "DIFF"} and verdicts.count("DIFF") == 51
     assert all(re.match(r" \d+/(input|output|\d+) ", r) for r in rows if not r.startswith("    "))

@@ -10,6 +10,10 @@ from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 _BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+# A space that neither a table cell nor a line breaks at (rich wraps at any Unicode space): a private-use character,
+# which shown() never lets through from the input (repr escapes it), written as a space by the console's render hook
+# (cli/common.py). A token's text is one unit on the screen: `357 ' it'` never wraps to `357 '` / `it'`.
+GLUE = "\ue000"
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -55,6 +59,18 @@ def token_text(meta: Mapping[str, Any], ids: Sequence[int] | None) -> list[str] 
     return [_decode(vocab[i], model) if 0 <= i < len(vocab) else f"<id {i}?>" for i in ids]
 
 
-def shown(text: str) -> str:
-    """A token's text for a table: quoted, control characters escaped ("\\n"), so that it stays on one line."""
-    return repr(text)
+def shown(text: str, markup: bool = False) -> str:
+    """A token's text for a table: quoted, control characters escaped ("\\n"), its spaces glued (GLUE), so that it
+    stays on one line and whole; markup: its square brackets escaped for rich markup (errors.markup would escape
+    the glue)."""
+    out = repr(text).replace(" ", GLUE)
+    if markup:
+        from rich.markup import escape
+
+        out = escape(out)
+    return out
+
+
+def token_unit(token: int, text: str | None, markup: bool = False) -> str:
+    """`357 ' it'`: a token id and its text as one unit of a line (glued: never broken across lines)."""
+    return str(token) if text is None else f"{token}{GLUE}{shown(text, markup)}"

@@ -45,8 +45,8 @@ def _word(cell) -> int:
 def needed(col: Col, cells: Sequence) -> int:
     """The narrowest a column can be with its cells whole: its widest cell, or its longest word when it wraps."""
     head = _word(col.header) if col.wrap else _len(col.header)
-    if col.wrap and col.fold:
-        return max(head, col.min_width)
+    if col.wrap and col.fold:  # its long words cut down to min_width; shorter ones whole
+        return max([head, min(col.min_width, max((_word(c) for c in cells), default=0))])
     if col.wrap:
         return max([head, col.min_width, *(_word(c) for c in cells)])
     return max([head, *(_len(c) for c in cells)])

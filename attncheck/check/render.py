@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..arch.vocab import shown
+from ..arch.vocab import token_unit
 from ..errors import markup, printable
 from ..results import SiteReport, describe
 from .columns import NEVER, Col, dropped, extent, fit
@@ -180,6 +180,11 @@ def verdict(report: Report) -> str:
         covered += (f"; with the model: {t['model_elements_checked']} printed elements of "
                     f"{t['model_nodes_checked']}{of} nodes (kq {t['model_kq_elements_checked']}) and "
                     f"{t['model_sums_checked']} sums")
+    unchecked = t["kqv_elements_unchecked"]
+    if unchecked and not model_checked(report):  # what was not checked, as a share of what was printed
+        printed = unchecked + t["kqv_elements_checked"]
+        covered += (f"; {unchecked} of {printed} printed kqv elements ({share(unchecked, printed)}) not checkable "
+                    "from the dump alone")
     used = hypotheses_used(report)
     if used:
         covered += f"; facts pinned by the data: {used}"
@@ -188,6 +193,16 @@ def verdict(report: Report) -> str:
     if code == EXIT_FAIL:
         return f"FAIL {report.source}: {t['sites_failed']} of {t['sites']} sites failed; {covered}"
     return f"UNVERIFIED {report.source}: {report.unverified_reason()}"
+
+
+def share(part: int, whole: int) -> str:
+    """part/whole as a percentage that never rounds to 0% or 100% when it is neither."""
+    pct = 100 * part / whole
+    if 0 < pct < 1:
+        return "<1%"
+    if 99 < pct < 100:
+        return ">99%"
+    return f"{pct:.0f}%"
 
 
 def hypotheses_used(report: Report) -> str:
@@ -251,7 +266,7 @@ def facts_lines(report: Report) -> list[str]:
 
 def token_lines(report: Report) -> list[str]:
     """With a model: each run's tokens, id and text."""
-    return [f"tokens of run {r}: " + "  ".join(f"{i} {markup(shown(t))}" for i, t in zip(ids, text))
+    return [f"tokens of run {r}: " + "  ".join(token_unit(i, t, markup=True) for i, t in zip(ids, text))
             for r, (ids, text) in enumerate(zip(report.tokens, report.token_text)) if ids and text]
 
 

@@ -44,7 +44,25 @@ def main() -> None:
     """
 
 
-for command in (check, list_, run, inspect_, diff_):
+@click.command(name="help")
+@click.argument("command", required=False)
+@click.pass_context
+def help_(ctx, command: str | None) -> None:
+    """Show attncheck's help, or a command's (attncheck help run)."""
+    group = ctx.parent
+    if command is None:
+        click.echo(main.get_help(group))
+        return
+    cmd = main.get_command(group, command)
+    if cmd is None:
+        near = difflib.get_close_matches(command, list(main.commands), n=1, cutoff=0.6)
+        raise click.UsageError(f"no command '{command}' (commands: {', '.join(sorted(main.commands))})"
+                               + (f"; did you mean {near[0]}?" if near else ""), ctx)
+    with click.Context(cmd, info_name=command, parent=group) as sub:
+        click.echo(cmd.get_help(sub))
+
+
+for command in (check, list_, run, inspect_, diff_, help_):
     main.add_command(command)
 
 

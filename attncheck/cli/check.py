@@ -1,52 +1,113 @@
-"""`attncheck check` and `attncheck run`: dumps through verify, the report as tables, JSON, JUnit and a page."""
+"""`attncheck check` and `attncheck run`: dumps through verify, the report as tables, JSON, JUnit and a page. Both
+take the same options (check_options); run's own (-m, -p, --bin, --keep, ...) stand anywhere before `--`, and
+llama.cpp's after it."""
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 
 import click
 
-from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, Report, multi_dict
+from ..check.report import EXIT_FAIL, EXIT_INPUT, Report, multi_dict
 from ..errors import DumpError, ModelError, printable
 from ..inspect.walk import span
 from ..run import STALL
-from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option, json_option,
-                     junit_option, output_target, tokens as parse_tokens, vocab, warn, write_html, write_json,
-                     write_junit)
+from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option,
+                     json_option, junit_option, output_target, to_stdout, written, tokens as parse_tokens, vocab, warn,
+                     write_html, write_json, write_junit)
+
+
+def check_options(f):
+    """The options of `check`, which `run` takes as well (the model aside: check's --model, run's -m)."""
+    for option in reversed((
+        click.option("--kq-scale", type=SCALE, help="The scale SOFT_MAX applied to kq (default 1/sqrt(D_h))."),
+        click.option("--layer", "layers", type=INDEX, multiple=True, help="Check only this layer (repeatable)."),
+        click.option("--head", "heads", type=INDEX, multiple=True, help="Check only this head (repeatable)."),
+        json_option(),
+        junit_option(),
+        click.option("--atol", type=TOLERANCE, help="Absolute tolerance in place of the derived per-element bounds."),
+        click.option("--rtol", type=TOLERANCE, help="Relative tolerance in place of the derived per-element bounds."),
+        jobs_option("reading the dump"),
+        click.option("--fail-fast", is_flag=True, help="Stop at the first failing site (and dump)."),
+        click.option("-q", "--quiet", is_flag=True, help="Only the failures and the verdict line."),
+        click.option("-v", "--verbose", is_flag=True, help="A row per evaluation × layer, every check of every site, "
+                                                           "every failing element kept."),
+        click.option("--tokens", metavar="IDS", help="The prompt's token ids, e.g. 1,2,3, for logs that do not print "
+                                                     "them."),
+        html_option("the report, a layer × head grid and each head's heatmaps"),
+    )):
+        f = option(f)
+    return f
+
+
+def _options(kq_scale, layers, heads, atol, rtol, jobs, fail_fast, model, tokens):
+    """The command line's options as verify.Options (a run without token ids gets its dump-only checks)."""
+    from ..results import FixedTolerance
+    from ..verify import Options
+
+    return Options(kq_scale=kq_scale, layers=frozenset(layers) or None, heads=frozenset(heads) or None,
+                   fail_fast=fail_fast, model=model, tokens=parse_tokens(tokens), jobs=jobs, require_ids=False,
+                   tolerance=None if atol is None and rtol is None else FixedTolerance(atol or 0.0, rtol or 0.0))
+
+
+def _shown(report: Report, opts, console, quiet: bool, verbose: bool) -> None:
+    """A report's usage errors (a --head or --layer the dump does not have: exit 2), its warnings, its tables."""
+    from ..check.render import render
+
+    absent = report.absent_heads()
+    if absent:  # a head no layer has: a usage error, as inspect says it
+        fail(f"--head {', '.join(map(str, absent))}: no such head in {report.source}: its layers have "
+             f"heads {report.head_range()}")
+        sys.exit(EXIT_INPUT)
+    gone = report.absent_layers(opts.layers)
+    if gone:  # a layer the model does not have: a usage error, as inspect says it
+        fail(f"--layer {', '.join(map(str, gone))}: no such layer in {report.source}: its layers are "
+             f"{span(report.layer_numbers())}")
+        sys.exit(EXIT_INPUT)
+    unprinted, printed = report.unprinted_heads()
+    if unprinted and report.checked:  # some heads asked for were printed, these were not
+        report.warnings.append(f"--head {', '.join(map(str, unprinted))}: not printed in {report.source} "
+                               f"(llama.cpp printed heads {', '.join(map(str, printed))}): not checked")
+    for w in report.warnings:
+        warn(w)
+    render(report, console, quiet=quiet, verbose=verbose)
+
+
+def _written(reports: list[Report], inputs: list, left: list[str], pages: list, errors: list[str], json_out, junit,
+             html_out, model) -> list[int]:
+    """The report files (or stdout for '-'): each one's exit code (2 when it could not be written)."""
+    codes = []
+    if json_out:
+        one = len(inputs) + len(left) == 1 and reports  # one dump: its document; several (or none readable): all
+        codes.append(write_json(reports[0].to_dict() if one else multi_dict(reports, inputs, left), json_out))
+    if junit:
+        from ..check.junit import check_xml
+
+        codes.append(write_junit(check_xml(reports, inputs), junit))
+    if html_out:
+        from ..check.html import check_page
+
+        codes.append(write_html(html_out, lambda: check_page(pages, vocab(model), errors)))
+    return codes
 
 
 @click.command()
 @click.argument("dumps", nargs=-1, metavar="[DUMP]...")
-@click.option("--kq-scale", type=SCALE, help="The scale SOFT_MAX applied to kq (default 1/sqrt(D_h)).")
-@click.option("--layer", "layers", type=INDEX, multiple=True, help="Check only this layer (repeatable).")
-@click.option("--head", "heads", type=INDEX, multiple=True, help="Check only this head (repeatable).")
-@json_option()
-@junit_option()
-@click.option("--atol", type=TOLERANCE, help="Absolute tolerance in place of the derived per-element bounds.")
-@click.option("--rtol", type=TOLERANCE, help="Relative tolerance in place of the derived per-element bounds.")
-@jobs_option("reading the dump")
-@click.option("--fail-fast", is_flag=True, help="Stop at the first failing site (and dump).")
-@click.option("-q", "--quiet", is_flag=True, help="Only the failures and the verdict line.")
-@click.option("-v", "--verbose", is_flag=True, help="A row per evaluation × layer, every check of every site, "
-                                                    "every failing element kept.")
 @click.option("--model", metavar="GGUF", help="Also check every printed node against this model's reference "
               "forward pass (gpt2, llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, starcoder2, falcon); for "
               "another architecture, its header's attention facts drive the dump-only checks.")
-@click.option("--tokens", metavar="IDS", help="The prompt's token ids, e.g. 1,2,3, for logs that do not print them.")
-@html_option("the report, a layer × head grid and each head's heatmaps")
-def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fail_fast, quiet, verbose, model, tokens,
+@check_options
+def check(dumps, model, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fail_fast, quiet, verbose, tokens,
           html_out):
     """Check every attention head in one or more dumps (default: stdin)."""
     from ..check.page import PageData
-    from ..check.render import render
     from ..progress import evaluation_progress, wanted as progress_wanted
-    from ..results import FixedTolerance
-    from ..verify import Options, verify
+    from ..verify import verify
 
-    opts = Options(kq_scale=kq_scale, layers=frozenset(layers) or None, heads=frozenset(heads) or None,
-                   fail_fast=fail_fast, model=model, tokens=parse_tokens(tokens), jobs=jobs, require_ids=False,
-                   tolerance=None if atol is None and rtol is None else FixedTolerance(atol or 0.0, rtol or 0.0))
-    console = make_console(stderr=json_out == "-")
+    opts = _options(kq_scale, layers, heads, atol, rtol, jobs, fail_fast, model, tokens)
+    stdout_report = to_stdout(json_out, junit)
+    console = make_console(stderr=stdout_report)
     if not dumps and sys.stdin.isatty():  # reading a terminal would wait for input that never comes
         fail("no dump given and stdin is a terminal: pipe llama-eval-callback's output in (2>&1 | attncheck) "
              "or name a dump file")
@@ -59,32 +120,16 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fai
     for path in paths:
         page = PageData("<stdin>" if path == "-" else path, opts.heads, opts.layers) if html_out else None
         try:
-            with evaluation_progress(path, progress_wanted(quiet or json_out == "-")) as progress:
+            with evaluation_progress(path, progress_wanted(quiet or stdout_report)) as progress:
                 report = verify(path, opts, progress=progress, observe=page)
         except (DumpError, ModelError) as e:
             errors.append(str(e))
         except Exception as e:  # a bug: still one line, still exit 2
             errors.append(f"{path}: internal error ({type(e).__name__}: {e}); please report it with the dump")
         else:
-            absent = report.absent_heads()
-            if absent:  # a head no layer has: a usage error, as inspect says it
-                fail(f"--head {', '.join(map(str, absent))}: no such head in {report.source}: its layers have "
-                     f"heads {report.head_range()}")
-                sys.exit(EXIT_INPUT)
-            gone = report.absent_layers(opts.layers)
-            if gone:  # a layer the model does not have: a usage error, as inspect says it
-                fail(f"--layer {', '.join(map(str, gone))}: no such layer in {report.source}: its layers are "
-                     f"{span(report.layer_numbers())}")
-                sys.exit(EXIT_INPUT)
-            unprinted, printed = report.unprinted_heads()
-            if unprinted and report.checked:  # some heads asked for were printed, these were not
-                report.warnings.append(f"--head {', '.join(map(str, unprinted))}: not printed in {report.source} "
-                                       f"(llama.cpp printed heads {', '.join(map(str, printed))}): not checked")
+            _shown(report, opts, console, quiet, verbose)
             if page is not None:
                 pages.append((report, page))
-            for w in report.warnings:
-                warn(w)
-            render(report, console, quiet=quiet, verbose=verbose)
             reports.append(report)
             inputs.append((path, report.exit_code, None))
             if fail_fast and report.exit_code == EXIT_FAIL:
@@ -97,88 +142,93 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fai
         console.print(printable(f"stopped early (--fail-fast): {len(left)} of {len(paths)} dumps not checked: "
                                 f"{', '.join(left)}"), style="bold red", highlight=False, soft_wrap=True, markup=False)
     codes = [code for _, code, _ in inputs]
-    if json_out:
-        one = len(paths) == 1 and reports  # one dump: its document; several (or none readable): the multi-dump form
-        codes.append(write_json(reports[0].to_dict() if one else multi_dict(reports, inputs, left), json_out))
-    if junit:
-        from ..check.junit import check_xml
-
-        codes.append(write_junit(check_xml(reports, inputs), junit))
-    if html_out:
-        from ..check.html import check_page
-
-        codes.append(write_html(html_out, lambda: check_page(pages, vocab(model), errors)))
+    codes += _written(reports, inputs, left, pages, errors, json_out, junit, html_out, model)
     sys.exit(combine(codes))
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.option("-m", "--model", "model", required=True, help="The GGUF model for llama-eval-callback.")
+class RunCommand(click.Command):
+    """attncheck's options wherever they stand before `--`; everything after `--` goes to llama.cpp untouched. An
+    option attncheck does not know (a typo, or llama.cpp's before `--`) is a usage error that says so: it would
+    otherwise reach llama.cpp, or be taken for attncheck's."""
+
+    def collect_usage_pieces(self, ctx):
+        return [*super().collect_usage_pieces(ctx), "[-- LLAMA.CPP OPTIONS]"]
+
+    def parse_args(self, ctx, args):
+        args = list(args)
+        valued = {o for p in self.params if isinstance(p, click.Option) and not p.is_flag for o in p.opts}
+        cut, i = None, 0
+        while i < len(args):  # the first `--` that is not an option's value (`-p --` is a prompt)
+            if args[i] == "--":
+                cut = i
+                break
+            i += 2 if args[i] in valued else 1
+        ours, theirs = (args, []) if cut is None else (args[:cut], args[cut + 1:])
+        try:
+            rest = super().parse_args(ctx, list(ours))  # click consumes the list it is given
+        except click.NoSuchOption as e:  # click names `-ub` as `-u`: the argument as given
+            given = next((a.split("=", 1)[0] for a in ours if a.startswith("-") and a.startswith(e.option_name)),
+                         e.option_name)
+            mine = sorted({o for p in self.params for o in getattr(p, "opts", ()) if o.startswith("--")})
+            near = difflib.get_close_matches(given, mine, n=1, cutoff=0.7)
+            raise click.UsageError(f"no such option: {given}"
+                                   + (f" (did you mean {near[0]}?)" if near else "")
+                                   + "; llama.cpp's options go after `--` (attncheck run -m M -p P -- -ub 2)",
+                                   ctx) from None
+        except click.UsageError as e:
+            if "unexpected extra argument" in e.message:
+                raise click.UsageError(e.message.rstrip(".") + "; llama.cpp's arguments go after `--`", ctx) from None
+            raise
+        ctx.params["extra"] = tuple(theirs)
+        return rest
+
+
+@click.command(cls=RunCommand)
+@click.option("-m", "--model", "model", required=True, metavar="GGUF",
+              help="The GGUF model: llama-eval-callback runs it, and the printed numbers are checked against its "
+                   "reference forward pass.")
 @click.option("-p", "--prompt", required=True, help="The prompt.")
 @click.option("--bin", "binary", help="llama-eval-callback to run (default: $LLAMA_EVAL_CALLBACK, then PATH).")
 @click.option("--keep", metavar="FILE", callback=output_target, help="Also write the dump to FILE.")
-@click.option("--kq-scale", type=SCALE, help="The scale SOFT_MAX applied to kq (default 1/sqrt(D_h)).")
-@json_option()
-@click.option("-q", "--quiet", is_flag=True, help="Only the failures and the verdict line.")
 @click.option("--dump-only", is_flag=True, help="Check from the dump alone: do not recompute from -m's weights.")
-@html_option("the report, a layer × head grid and each head's heatmaps")
 @click.option("--stall-timeout", "stall", type=TOLERANCE, default=STALL, show_default=True, metavar="SECONDS",
               help="End llama.cpp when it prints nothing for this long (0: wait for ever).")
-@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
-def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_out, stall, extra):
+@check_options
+def run(model, prompt, binary, keep, dump_only, stall, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs,
+        fail_fast, quiet, verbose, tokens, html_out, extra=()):
     """Run llama-eval-callback on a prompt and check its attention as it streams.
 
-    Arguments after `--` go to llama.cpp; `--flash-attn off` is added unless you set flash attention. The
-    printed numbers are also checked against -m's reference forward pass (as check --model) unless --dump-only
-    is given or the architecture is not one attncheck computes (a warning says so).
-    """
-    from .. import run as runner
-    from ..arch.gguf_header import read_header
-    from ..arch.header import require_shape
-    from ..check.page import PageData
-    from ..check.render import render
-    from ..verify import Options, verify
+    \b
+    attncheck run -m model.gguf -p "How are" [OPTIONS] [-- LLAMA.CPP OPTIONS]
+    attncheck run -m model.gguf -p "How are" --junit r.xml -v -- -ub 2 -ctk f32
 
-    if not os.path.isfile(model):  # llama.cpp would wait on a FIFO for ever, and read a folder as nothing
+    attncheck's options (every option of `check`, and those below) stand anywhere before `--`; llama.cpp's go
+    after it, untouched. `--flash-attn off` is added unless you set flash attention. The printed numbers are
+    also checked against -m's reference forward pass (as check --model) unless --dump-only is given or the
+    architecture is not one attncheck computes (a warning says so).
+    """
+    from dataclasses import fields
+
+    from ..check.page import PageData
+    from ..run import BINARY, run_llama
+
+    if not os.path.isfile(model):  # before llama.cpp starts: it would wait on a FIFO for ever, read a folder as nothing
         fail(f"-m {model}: {'no such file' if not os.path.exists(model) else 'not a regular file'}")
         sys.exit(EXIT_INPUT)
-    reference = None if dump_only else model
-    if reference is not None:
-        try:
-            require_shape(read_header(reference).meta, reference)
-        except ModelError as e:  # llama.cpp may still run it: check from the dump alone
-            warn(f"no --model checks: {e}")
-            reference = None
+    stdout_report = to_stdout(json_out, junit)
+    opts = _options(kq_scale, layers, heads, atol, rtol, jobs, fail_fast, None, tokens)
+    page = PageData(BINARY, opts.heads, opts.layers) if html_out else None
     try:
-        proc = runner.Process(runner.command(runner.find_binary(binary), model, prompt, extra), keep, stall)
-    except DumpError as e:
+        report = run_llama(model, prompt, extra, binary=binary, keep=keep, dump_only=dump_only, stall=stall,
+                           observe=page, **{f.name: getattr(opts, f.name) for f in fields(opts) if f.name != "model"})
+    except (DumpError, ModelError) as e:
         fail(str(e))
         sys.exit(EXIT_INPUT)
-    report, error = None, None
-    page = PageData(proc.stream.name) if html_out else None
-    with proc:  # llama.cpp's process group ends with this block, whatever ends it
-        try:
-            report = verify(proc.stream, Options(kq_scale=kq_scale, model=reference), observe=page)
-        except (DumpError, ModelError) as e:
-            error = e
-        code = proc.finish()
-    if proc.stream.stalled is not None:
-        fail(str(proc.stream.stalled))
-        sys.exit(EXIT_INPUT)
-    if code != 0:
-        fail(str(proc.failure(code)))
-        sys.exit(EXIT_INPUT)
-    if error is not None:
-        fail(str(error))
-        sys.exit(EXIT_INPUT)
-    for w in report.warnings:
-        warn(w)
-    render(report, make_console(stderr=json_out == "-"), quiet=quiet)
+    _shown(report, opts, make_console(stderr=stdout_report), quiet, verbose)
+    inputs = [(report.source, report.exit_code, None)]
     codes = [report.exit_code]
-    if json_out:
-        codes.append(write_json(report.to_dict(), json_out))
-    if html_out:
-        from ..check.html import check_page
-
-        codes.append(write_html(html_out, lambda: check_page([(report, page)], vocab(model))))
+    codes += _written([report], inputs, [], [(report, page)] if page is not None else [], [], json_out, junit,
+                      html_out, model)
+    if keep:
+        written("--keep", keep, lambda: None)  # one line: the kept dump's path and size
     sys.exit(combine(codes))
-

@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
+from ..arch.vocab import GLUE
 from ..errors import ModelError, printable
 
 PIPE_WIDTH = 120  # a pipe or CI log without COLUMNS: wider than rich's default 80
@@ -25,7 +26,9 @@ def _width(stream) -> int | None:
 
 class _Printable:
     """A renderable whose text segments are written printable (errors.printable; the console's own control codes
-    aside): whatever a table cell or a title let through, no control character from the input reaches the terminal."""
+    aside): whatever a table cell or a title let through, no control character from the input reaches the terminal.
+    A glued space (arch/vocab.GLUE, inside a token's quotes) is written as a space, and no line ends in spaces (a
+    table pads its cells to its width: a pipe or a copied screen would carry them)."""
 
     def __init__(self, renderable):
         self.renderable = renderable
@@ -33,11 +36,41 @@ class _Printable:
     def __rich_console__(self, console, options):
         from rich.segment import Segment
 
+        line: list = []
         for seg in console.render(self.renderable, options):
-            if seg.control or seg.text.isprintable() or seg.text == "\n":
-                yield seg
-            else:
-                yield Segment(printable(seg.text, lines=True), seg.style)
+            if seg.control:
+                line.append(seg)
+                continue
+            text = seg.text.replace(GLUE, " ") if GLUE in seg.text else seg.text
+            if not text.isprintable() and text != "\n":
+                text = printable(text, lines=True)
+            pieces = text.split("\n")
+            for k, piece in enumerate(pieces):
+                if piece:
+                    line.append(Segment(piece, seg.style))
+                if k < len(pieces) - 1:
+                    yield from _rstrip(line)
+                    yield Segment.line()
+                    line = []
+        yield from _rstrip(line)
+
+
+def _rstrip(line: list) -> list:
+    """A line's segments without the spaces it ends in (control segments kept where they stand)."""
+    from rich.segment import Segment
+
+    out = list(line)
+    i = len(out) - 1
+    while i >= 0:
+        seg = out[i]
+        if not seg.control:
+            text = seg.text.rstrip(" ")
+            if text:
+                out[i] = Segment(text, seg.style)
+                break
+            del out[i]
+        i -= 1
+    return out
 
 
 class _PrintableHook:
@@ -47,9 +80,17 @@ class _PrintableHook:
         return [_Printable(r) for r in renderables]
 
 
+def no_color() -> bool:
+    """NO_COLOR set and not empty (no-color.org): no escapes at all, bold, italic and dim included."""
+    return bool(os.environ.get("NO_COLOR"))
+
+
 def console(stderr: bool = False, **kw) -> Console:
-    """Rich console on stdout (stderr: for the table when stdout carries the JSON). Text from the input is escaped
-    where it is placed (errors.markup, errors.printable); the hook makes sure of it for control characters."""
+    """Rich console on stdout (stderr: for the table when stdout carries the JSON or JUnit). Text from the input is
+    escaped where it is placed (errors.markup, errors.printable); the hook makes sure of it for control characters.
+    Under NO_COLOR, no style escapes at all (rich's own NO_COLOR drops colours but keeps bold, italic and dim)."""
+    if no_color():
+        kw.setdefault("color_system", None)
     out = Console(stderr=stderr, highlight=False, width=_width(sys.stderr if stderr else sys.stdout), **kw)
     out.push_render_hook(_PrintableHook())
     return out
@@ -76,14 +117,26 @@ def json_text(value, level: int = 0) -> str:
     return json.dumps(value)
 
 
+def size_words(n: int) -> str:
+    """A file's size for people: '812 bytes', '39 KB', '1.4 MB' (powers of 1000)."""
+    if n < 10_000:
+        return f"{n} byte{'s' * (n != 1)}"
+    if n < 1_000_000:
+        return f"{n / 1000:.0f} KB"
+    return f"{n / 1e6:.1f} MB" if n < 1e8 else f"{n / 1e6:.0f} MB"
+
+
 def written(option: str, target: str, write: Callable[[], None]) -> int:
-    """EXIT_PASS once write() wrote the report, EXIT_INPUT with one line naming the file when it could not (a full
-    disk, a folder gone): the other reports are written all the same (cli/streams.py does so for stdout)."""
+    """EXIT_PASS once write() wrote the report, and one stderr line saying so (the path and its size); EXIT_INPUT
+    with one line naming the file when it could not be written (a full disk, a folder gone): the other reports are
+    written all the same (cli/streams.py does so for stdout)."""
     try:
         write()
+        size = os.path.getsize(target)
     except OSError as e:
         fail(f"{option} {target}: cannot write it: {e.strerror or e}")
         return EXIT_INPUT
+    click.echo(f"attncheck: wrote {printable(target)} ({size_words(size)})", err=True)
     return EXIT_PASS
 
 
@@ -101,7 +154,20 @@ def write_json(doc: dict, target: str | None) -> int:
 
 
 def write_junit(tree, target: str) -> int:
+    """The JUnit XML to a file or, for '-', stdout (as --json -)."""
+    if target == "-":
+        import xml.etree.ElementTree as ET
+
+        click.echo(ET.tostring(tree.getroot(), encoding="unicode", xml_declaration=True))
+        return EXIT_PASS
     return written("--junit", target, lambda: tree.write(target, encoding="utf-8", xml_declaration=True))
+
+
+def to_stdout(json_out: str | None, junit: str | None = None) -> bool:
+    """Whether a report goes to stdout ('-'), so that the table goes to stderr; both at once is a usage error."""
+    if json_out == "-" and junit == "-":
+        raise click.UsageError("--json - and --junit - would both write to stdout: give one of them a file")
+    return "-" in (json_out, junit)
 
 
 class Number(click.ParamType):
@@ -150,8 +216,8 @@ def why_unwritable(path: str) -> str:
 
 def output_target(ctx, param, value: str | None) -> str | None:
     """--json/--junit/--html/--keep FILE: a file that could not be written is a usage error before any work starts
-    (one line, exit 2); '-' (stdout) for --json is always fine."""
-    if value is None or (value == "-" and param.name == "json_out"):
+    (one line, exit 2); '-' (stdout) for --json and --junit is always fine."""
+    if value is None or (value == "-" and param.name in ("json_out", "junit")):
         return value
     why = why_unwritable(value)
     if why:
@@ -177,8 +243,9 @@ def jobs_option(what: str, output: str = "the report"):
 
 
 def junit_option():
-    return click.option("--junit", metavar="FILE", callback=output_target,
-                        help="Write JUnit XML: one testcase per evaluation × layer.")
+    return click.option("--junit", metavar="FILE|-", callback=output_target,
+                        help="Write JUnit XML: one testcase per evaluation × layer; '-' for stdout (the table then "
+                             "goes to stderr).")
 
 
 def write_html(target: str, build) -> int:

@@ -7,7 +7,7 @@ import click
 
 from ..check.columns import NEVER, Col, dropped, extent, fit
 from ..check.report import EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
-from ..errors import DumpError, markup, printable
+from ..errors import DumpError, markup
 from .common import combine, console as make_console, fail, jobs_option, json_option, model_meta, warn, write_json
 
 COLUMNS = (Col("eval", keep=NEVER), Col("run", keep=2), Col("n_past", keep=3), Col("T", keep=4), Col("nodes", keep=1),
@@ -16,33 +16,6 @@ COLUMNS = (Col("eval", keep=NEVER), Col("run", keep=2), Col("n_past", keep=3), C
 
 
 TABLE_EVALUATIONS = 200  # without -v or --json, the table's evaluations: the rows of more are neither kept nor shown
-
-
-def _listed(path: str, meta: dict | None, jobs: int | None = None, limit: int | None = None) -> dict:
-    """One dump's evaluations, layers, runs and notes (what the table and the JSON show); with a model's header,
-    each run's token ids with their text. The dump is read in parts on `jobs` processes (check/pool.py). limit: the
-    rows of the first `limit` evaluations only (all are counted), so that memory does not grow with the dump."""
-    from ..arch.vocab import token_text
-    from ..check.pool import Replay, gathered, jobs_default
-    from ..dump.graph import read_dump
-    from ..dump.listing import listed
-
-    d = read_dump(path)
-    replay = Replay(d.source)
-    rows, notes, evaluations = [], [], 0
-    for part in gathered(d.stream, d.source, None, jobs or jobs_default(), take=listed):
-        for ev in replay.take(part):
-            evaluations += 1  # each has a row at least (listing.rows)
-            if limit is None or evaluations <= limit:
-                rows += [r._asdict() for r in ev.renumbered()]
-        notes += part.notes
-        if part.error is not None:
-            raise part.error
-    return {"source": d.source, "evaluations": evaluations,
-            "rows": [{**r, "names": list(r["names"]), "lines": list(r["lines"])} for r in rows],
-            "runs": [{"line": r.line, "tokens": None if r.tokens is None else list(r.tokens),
-                      **({} if meta is None else {"token_text": token_text(meta, r.tokens)})} for r in replay.runs],
-            "warnings": [f"{d.source}:{n.line}: {printable(n.message)}" for n in notes]}
 
 
 STRUCTURE = ("layer", "kind", "names", "H", "H_kv", "D_h", "n_kv")  # what a layer is, its lines aside
@@ -118,14 +91,16 @@ def _repeats_note(repeats: int) -> str:
 @jobs_option("reading each dump", "the listing")
 def list_(dumps, json_out, model, verbose, jobs):
     """What dumps hold: runs, evaluations, each layer's attention and its nodes (default: stdin)."""
-    from ..arch.vocab import shown
+    from ..arch.vocab import token_unit
 
-    meta = model_meta(model)
+    from ..listing import list_dump
+
+    model_meta(model)  # a file that is not a GGUF: one line, exit 2, before any dump is read
     console = make_console(stderr=json_out == "-")
     docs, codes = [], []
     for path in dumps or ("-",):
         try:
-            doc = _listed(path, meta, jobs, None if json_out or verbose else TABLE_EVALUATIONS)
+            doc = list_dump(path, model=model, jobs=jobs, limit=None if json_out or verbose else TABLE_EVALUATIONS)
         except DumpError as e:
             fail(str(e))
             codes.append(EXIT_INPUT)
@@ -147,10 +122,10 @@ def list_(dumps, json_out, model, verbose, jobs):
                               "them)[/]")
             for r in doc["runs"]:
                 ids = "no token ids in the log" if r["tokens"] is None else f"{len(r['tokens'])} tokens {r['tokens']}"
-                if r.get("token_text") is not None:
+                if r.get("token_text") is not None:  # each id and its text one unit, never broken across lines
                     ids = f"{len(r['tokens'])} tokens " + "  ".join(
-                        f"{i} {shown(t)}" for i, t in zip(r["tokens"], r["token_text"]))
-                console.print(printable(f"run at line {r['line']}: {ids}"), markup=False)
+                        token_unit(i, t) for i, t in zip(r["tokens"], r["token_text"]))
+                console.print(f"run at line {r['line']}: {ids}", markup=False)
         for w in doc["warnings"]:  # as `check` writes them: stderr, one visible line each
             warn(w)
     if json_out:

@@ -1,15 +1,17 @@
 """`attncheck inspect` (one head walked by hand) and `attncheck diff` (two dumps node by node)."""
 from __future__ import annotations
 
-import os
+import shutil
 import sys
+import tempfile
+from contextlib import contextmanager
 
 import click
 
-from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
+from ..check.report import EXIT_INPUT, EXIT_UNVERIFIED
 from ..errors import DumpError, ModelError
 from .common import (SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option, json_option,
-                     junit_option, tokens as parse_tokens, vocab, warn, write_html, write_json,
+                     junit_option, to_stdout, tokens as parse_tokens, vocab, warn, write_html, write_json,
                      write_junit)
 
 
@@ -28,69 +30,63 @@ from .common import (SCALE, TOLERANCE, combine, console as make_console, fail, h
 @html_option("the walk and the head's heatmaps")
 def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, tokens, html_out):
     """Walk one head by hand: Q/K/V rows, scores, scale, mask, weights, weighted sum, beside the dump."""
-    from ..inspect.model_walk import walk_head
-    from ..inspect.render import render_walk, walk_dict
+    from ..inspect import inspect as walk_one
+    from ..inspect.records import Inspection
     from ..inspect.walk import NothingToInspect
 
-    mw = page = None
+    page = None
     try:
         if html_out:
             from ..inspect.html import head_page
 
             w, mw, page = head_page(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale,
                                     model=model, tokens=parse_tokens(tokens), vocab=vocab(model))
-        else:
-            w, mw = walk_head(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale, model=model,
-                              tokens=parse_tokens(tokens))
+            seen = Inspection(w, mw)
+        else:  # a flash-attention dump with --model: the head walked from the reference, the flash output checked
+            seen = walk_one(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale, model=model,
+                            tokens=parse_tokens(tokens))
     except (DumpError, ModelError) as e:
         fail(str(e))
         sys.exit(EXIT_INPUT)
     except NothingToInspect as e:
-        if model is None or html_out:
-            fail(str(e) + (" (--html shows flash attention with check --html --model)" if html_out and model else ""))
-            sys.exit(EXIT_UNVERIFIED)
-        _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, model, tokens)
+        fail(str(e) + (" (--html shows flash attention with check --html --model)" if html_out and model else ""))
+        sys.exit(EXIT_UNVERIFIED)
     except Exception as e:  # a bug: still one line, still exit 2
         fail(f"{dump}: internal error ({type(e).__name__}: {e}); please report it with the dump")
         sys.exit(EXIT_INPUT)
     if json_out != "-":
-        # under NO_COLOR, no escapes at all: shades and numbers carry the heatmap
-        console = make_console(**({"color_system": None} if os.environ.get("NO_COLOR") else {}))
-        render_walk(w, console)
-        if mw is not None:
-            from ..inspect.render_model import render_model_walk
+        console = make_console()  # under NO_COLOR no escapes at all: shades and numbers carry the heatmap
+        if seen.flash is not None:
+            from ..inspect.flash import render_flash
 
-            render_model_walk(w, mw, console)
-    codes = [EXIT_PASS if w.passed and (mw is None or mw.passed) else EXIT_FAIL]
+            render_flash(seen.flash, seen.model, console)
+        else:
+            from ..inspect.render import render_walk
+
+            render_walk(seen.walk, console)
+            if seen.model is not None:
+                from ..inspect.render_model import render_model_walk
+
+                render_model_walk(seen.walk, seen.model, console)
+    codes = [seen.exit_code]
     if json_out:
-        doc = walk_dict(w)
-        if mw is not None:
-            from ..inspect.render_model import model_walk_dict
-
-            doc["model"] = model_walk_dict(mw)
-        codes.append(write_json(doc, json_out))
+        codes.append(write_json(seen.to_dict(), json_out))
     if page is not None:
         codes.append(write_html(html_out, lambda: page))
     sys.exit(combine(codes))
 
 
-def _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, model, tokens) -> None:
-    """A flash-attention dump with --model: the head walked from the reference, the flash output checked."""
-    from ..inspect.flash import flash_dict, flash_walk, render_flash
-
-    try:
-        f, mw = flash_walk(dump, layer, head, model, query=query, evaluation=evaluation, kq_scale=kq_scale,
-                           tokens=parse_tokens(tokens))
-    except (DumpError, ModelError) as e:
-        fail(str(e))
-        sys.exit(EXIT_INPUT)
-    except Exception as e:  # a bug: still one line, still exit 2
-        fail(f"{dump}: internal error ({type(e).__name__}: {e}); please report it with the dump")
-        sys.exit(EXIT_INPUT)
-    if json_out != "-":
-        render_flash(f, mw, make_console())
-    code = write_json(flash_dict(f, mw), json_out) if json_out else EXIT_PASS
-    sys.exit(combine([EXIT_PASS if mw.passed else EXIT_FAIL, code]))
+@contextmanager
+def spooled(*paths: str):
+    """The dumps as files: '-' (stdin) copied into a temporary file, removed afterwards; and what to call each
+    ('<stdin>' for the spooled one, None for a file)."""
+    if "-" not in paths:
+        yield paths, tuple(None for _ in paths)
+        return
+    with tempfile.NamedTemporaryFile(prefix="attncheck-stdin-", suffix=".txt") as f:
+        shutil.copyfileobj(sys.stdin.buffer, f, 1 << 20)
+        f.flush()
+        yield tuple(f.name if p == "-" else p for p in paths), tuple("<stdin>" if p == "-" else None for p in paths)
 
 
 @click.command(name="diff")
@@ -114,29 +110,25 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
     """Compare two dumps of one model and prompt node by node (an old and a new llama.cpp build), and check each as
     `check` does: drift between correct builds (PASS, exit 0), or a regression (FAIL, exit 1): NEW fails check, or
     a node is beyond the drift. --exact compares at print precision."""
-    from ..diff.compare import ATOL, EXACT, RTOL, DiffReport, Tolerance, diff
+    from ..diff import tolerance
+    from ..diff.compare import DiffReport, diff
     from ..diff.junit import diff_xml
-    from ..diff.render import diff_dict, render_diff
+    from ..diff.render import render_diff
 
-    if nmse and (atol is not None or rtol is not None):
-        raise click.UsageError("--nmse replaces --atol/--rtol: give one or the other")
-    if nmse and exact:
-        raise click.UsageError("--nmse replaces --exact: give one or the other")
-    if "-" in (old, new):
-        raise click.UsageError("diff reads each dump twice (the node diff, then its check): give files, not '-'")
-    if atol is not None or rtol is not None:
-        tol = Tolerance(ATOL if atol is None else atol, RTOL if rtol is None else rtol, False, "--atol/--rtol", False)
-    elif nmse:
-        tol = Tolerance(nmse=True, origin="nmse", drift=False)
-    else:
-        tol = EXACT if exact else Tolerance()
+    try:
+        tol = tolerance(exact, atol, rtol, nmse)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    if old == new == "-":
+        raise click.UsageError("OLD and NEW are both '-': stdin is one dump; give the other as a file")
     try:
         from ..diff.drift import weight_types_of
 
         from ..check.pool import jobs_default
 
-        rep = diff(old, new, prefix=prefix, tolerance=tol, weight_types=weight_types_of(model) if model else None,
-                   jobs=jobs or jobs_default(), model=model)
+        with spooled(old, new) as (paths, names):  # diff reads each dump twice: stdin is kept in a file meanwhile
+            rep = diff(*paths, prefix=prefix, tolerance=tol, weight_types=weight_types_of(model) if model else None,
+                       jobs=jobs or jobs_default(), model=model, names=names)
     except Exception as e:  # unusable input (DumpError names file and line) or a bug: one line, exit 2
         what = (str(e) if isinstance(e, (DumpError, ModelError))
                 else f"internal error ({type(e).__name__}: {e}); please report it")
@@ -147,10 +139,10 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
         fail(f"{old} vs {new}: {rep.error}")
     elif rep.new_side is not None and rep.new_side.error:
         fail(rep.new_side.error)
-    render_diff(rep, make_console(stderr=json_out == "-"), quiet=quiet, verbose=verbose)
+    render_diff(rep, make_console(stderr=to_stdout(json_out, junit)), quiet=quiet, verbose=verbose)
     codes = [rep.exit_code]
     if json_out:
-        codes.append(write_json(diff_dict(rep), json_out))
+        codes.append(write_json(rep.to_dict(), json_out))
     if junit:
         codes.append(write_junit(diff_xml(rep), junit))
     if html_out:

@@ -48,6 +48,17 @@ class DiffReport:
     model: DriftModel | None = None  # the drift model used (default tolerance)
     reference: object | None = None  # diff --model: reference.ReferenceDiff, per layer which side leaves the model
     sides: tuple | None = None  # (OLD, NEW) sides.Side: each dump checked as `check` (--model: `check --model`)
+    paths: tuple[str, str] | None = None  # the files read, where they are not old and new (stdin spooled to a file)
+
+    def to_dict(self) -> dict:
+        """The JSON of `attncheck diff --json` (schema 1, kind diff)."""
+        from .render import diff_dict
+
+        return diff_dict(self)
+
+    def path(self, side: str) -> str:
+        """The file of side 'old' or 'new', to read again for its check."""
+        return self.paths[side == "new"] if self.paths else getattr(self, side)
 
     @property
     def old_side(self):
@@ -140,7 +151,8 @@ class DiffReport:
 
 def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool = False,
          tolerance: Tolerance = Tolerance(), weight_types: tuple[tuple[str, ...], str] | None = None,
-         jobs: int = 1, check: bool = True, model: str | None = None) -> DiffReport:
+         jobs: int = 1, check: bool = True, model: str | None = None,
+         names: tuple[str | None, str | None] = (None, None)) -> DiffReport:
     """Compare two dumps node by node, and check each as `attncheck check` does; DumpError when either cannot be
     read for the node diff.
 
@@ -148,7 +160,8 @@ def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool
     from the logs' `- type` lines, when either printed them. jobs: processes diffing evaluation pairs (pool.py) and
     reading each dump for its check. check: each dump is read once more for its check, so old and new must be paths
     (check=False: the node diff alone, the softmax weights under drift.py's allowance). model: a GGUF, each side
-    checked against its reference too (reference.py)."""
+    checked against its reference too (reference.py). names: what the report calls each side, where it is not its
+    path (a spooled stdin: '<stdin>')."""
     from .pool import Pairs
     from .sides import check_both, kq_scales
     from .softmax import settle
@@ -158,9 +171,11 @@ def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool
             if not isinstance(path, (str, os.PathLike)) or str(path) == "-":
                 raise ValueError("diff reads each dump twice (the node diff, then its check): give paths, "
                                  "or check=False")
-    da = old if isinstance(old, Dump) else read_dump(old)
-    db = new if isinstance(new, Dump) else read_dump(new)
+    da = old if isinstance(old, Dump) else read_dump(old, names[0])
+    db = new if isinstance(new, Dump) else read_dump(new, names[1])
     rep = DiffReport(da.source, db.source, prefix, tolerance)
+    if any(names) and isinstance(old, (str, os.PathLike)) and isinstance(new, (str, os.PathLike)):
+        rep.paths = (str(old), str(new))
     with Pairs(rep, jobs) as pairs:
         for ea, eb in zip_longest(da.evaluations(), db.evaluations()):
             if tolerance.drift and rep.model is None and ea is not None and eb is not None:

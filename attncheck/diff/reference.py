@@ -132,8 +132,9 @@ def check_sides(rep: DiffReport, model: str, jobs: int = 1) -> ReferenceDiff:
     """Check both dumps with the model (`check --model`), and compare which layers each leaves the reference in."""
     given = _shared_tokens(rep)
     sides = []
-    for name, path, tokens in (("OLD", rep.old, given[0]), ("NEW", rep.new, given[1])):
-        side = check_side(name, path, Options(model=model, tokens=tokens, jobs=jobs))
+    for name, side_of, tokens in (("OLD", "old", given[0]), ("NEW", "new", given[1])):
+        side = check_side(name, rep.path(side_of), Options(model=model, tokens=tokens, jobs=jobs),
+                          getattr(rep, side_of))
         if side.report is not None and side.report.model:
             side.tokens_from = [OTHER_DUMP if tokens is not None else r.get("tokens_from", "log")
                                 for r in side.report.model.get("runs", [])]

@@ -94,8 +94,8 @@ def node_table(rep: DiffReport, verbose: bool, width: int | None = None) -> Tabl
     numbers = ((Col("drift", keep=2), Col("allowed", keep=2), Col("|Δ|/tol", keep=5)) if drift
                else (Col("NMSE", keep=2), Col(need, keep=5)))
     cols = (Col("eval/layer", "left", NEVER), Col("role", "left", 6, wrap=True, min_width=16, fold=True),
-            Col("node:line (OLD → NEW)", "left", 4, wrap=True, min_width=16, fold=True), Col("n", keep=3),
-            Col("max |Δ|", keep=7), *numbers, Col("", "left", NEVER, wrap=True))
+            Col("node:line (OLD → NEW)", "left", 4, wrap=True, min_width=16), Col("n", keep=3),
+            Col("max |Δ|", keep=7), *numbers, Col("", "left", NEVER, wrap=True, min_width=20, fold=True))
     rows = []
     for nd in rep.nodes:
         if nd.skipped and not verbose:

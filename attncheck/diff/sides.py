@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..check.render import failure_lines
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED, Report
+from ..dump.graph import read_dump
 from ..errors import DumpError, ModelError
 from ..results import json_number
 from ..verify import Options, verify
@@ -92,11 +93,12 @@ def _failure(s, r, f) -> dict:
             "elements_failed": r.failed}
 
 
-def check_side(name: str, path: str, options: Options) -> Side:
-    """One dump through verify; unusable input (check's exit 2) is the side's error, not an exception."""
-    side = Side(name, path, options.model)
+def check_side(name: str, path: str, options: Options, label: str | None = None) -> Side:
+    """One dump through verify; unusable input (check's exit 2) is the side's error, not an exception. label: what
+    the report calls the file, where it is not its path."""
+    side = Side(name, label or path, options.model)
     try:
-        side.report = verify(path, options)
+        side.report = verify(read_dump(path, label), options)
     except (DumpError, ModelError) as e:
         side.error = str(e)
     return side
@@ -104,7 +106,8 @@ def check_side(name: str, path: str, options: Options) -> Side:
 
 def check_both(rep, jobs: int) -> tuple[Side, Side]:
     """OLD and NEW of a DiffReport through the dump-only checks, one after the other."""
-    return (check_side("OLD", rep.old, Options(jobs=jobs)), check_side("NEW", rep.new, Options(jobs=jobs)))
+    return (check_side("OLD", rep.path("old"), Options(jobs=jobs), rep.old),
+            check_side("NEW", rep.path("new"), Options(jobs=jobs), rep.new))
 
 
 def kq_scales(sides: tuple[Side, Side] | None) -> dict[tuple[int, int], tuple[float, str]]:

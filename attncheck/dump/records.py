@@ -211,7 +211,7 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
                 yield _node(pending, held + body)
             elif not seen_header and not noted and (hit := _PRINTED_LINE.search(body)):
                 yield Note(line + body.count(b"\n", 0, hit.start()), "printed values before the first header "
-                                                                     "(the header line lost?)")
+                                                                     "(the header line lost?): skipped, no node holds them")
             if held_runs:
                 yield from held_runs
             elif runs_here:
@@ -229,7 +229,8 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
             if buf[start : at + 14] != b"common_debug_cb_eval":  # today's prefix alone on its line: the common case
                 lead = buf[start:at]
                 if lead != (b"common" if m.group(0).startswith(b"_debug_cb_eval") else b"ggml"):
-                    yield Note(header_line, f"header of '{parsed[0]}' shares its line with other output")
+                    yield Note(header_line, f"header of '{parsed[0]}' shares its line with other output: read all "
+                                            "the same")
             seen_header = True
             pending = parsed + (header_line, line)
         carry = buf[pos:]
@@ -245,7 +246,7 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
                         hit := _PRINTED_LINE.search(carry, keep, last)):
                     noted = True
                     yield Note(at + carry.count(b"\n", keep, hit.start()), "printed values before the first header "
-                                                                           "(the header line lost?)")
+                                                                           "(the header line lost?): skipped, no node holds them")
                 if not any(r.tokens for r in held_runs) and any(  # a run's token ids outrank a bare system_info line
                         carry.find(key, keep, last) >= 0 for key in (b"system_info:", b"number of input tokens")):
                     held_runs = list(_tokens(carry[keep:last], at, source)) or held_runs
@@ -259,12 +260,24 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
         if not seen_header:
             if not buf.strip():
                 raise DumpError(source, None, "empty input: no llama.cpp tensor dump")
-            raise DumpError(
-                source, None,
-                "no tensor dump found (no 'common_debug_cb_eval:' or 'ggml_debug:' header lines); "
-                "run llama-eval-callback and pipe its output with 2>&1",
-            )
+            raise _no_dump(buf, line, source)
         return
+
+
+def _no_dump(text: bytes, line: int, source: str) -> DumpError:
+    """A log without a tensor header: llama.cpp's own error lines when it printed any (it stopped before computing:
+    a refused option, a model it could not load), at the line of the first; else how to make a dump. text: the
+    log's last block, which starts on `line`."""
+    from .llama_log import error_lines
+
+    lines = text.decode("utf-8", "replace").split("\n")
+    said = error_lines(lines)
+    if said:
+        first = next(k for k, ln in enumerate(lines) if ln.rstrip().endswith(said[0].removeprefix("E ")))
+        return DumpError(source, line + first, "no tensor dump: llama.cpp stopped before computing; it said: "
+                                               + " | ".join(said))
+    return DumpError(source, None, "no tensor dump found (no 'common_debug_cb_eval:' or 'ggml_debug:' header lines); "
+                                   "run llama-eval-callback and pipe its output with 2>&1")
 
 
 def _print_end(text: bytes, end: int, pending: tuple) -> int:

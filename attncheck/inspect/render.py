@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import __version__
-from ..arch.vocab import shown
+from ..arch.vocab import shown, token_unit
 from ..check.columns import NEVER, Col, dropped, fit, fits
 from ..check.mask import OUTSIDE_WINDOW, REASONS, VISIBLE
 from ..errors import markup as escape, printable
@@ -67,7 +67,7 @@ def _label(gap: tuple[int, int]) -> str:
 
 def _tok(w: HeadWalk, position: int) -> str:
     t, text = w.token(position), w.token_text(position)
-    return "" if t is None else f" tok {t}" + ("" if text is None else f" {escape(shown(text))}")
+    return "" if t is None else f" tok {t}" + ("" if text is None else f" {shown(text, markup=True)}")
 
 
 def header(w: HeadWalk) -> Panel:
@@ -83,11 +83,9 @@ def header(w: HeadWalk) -> Panel:
         f"query {w.query}: position {w.position}"
         f"{'' if w.token(w.position) is None else f', token {w.token(w.position)}'} ({w.query_origin})",
     ]
-    if w.tokens is not None and w.token_texts is not None:
-        lines.append("tokens of the run: " + "  ".join(f"{i} {escape(shown(t))}" for i, t in zip(w.tokens,
-                                                                                               w.token_texts)))
-    elif w.tokens is not None:
-        lines.append(f"tokens of the run: {' '.join(map(str, w.tokens))}")
+    tokens = tokens_line(w)
+    if tokens is not None:
+        lines.append(tokens)
     lines += [f"fact: {escape(f)}" for f in w.facts[1:]]
     if w.row.sink is not None:
         share = "" if w.row.sink_share is None else f"; it takes {w.row.sink_share:.4f} of this row (1 − Σ_j p_j)"
@@ -204,9 +202,38 @@ def _mask_word(v: float) -> str:
 
 
 def mask_line(w: HeadWalk) -> str:
+    """The chosen query's mask over every slot, as runs of one reason; where the window is not known (no model) and
+    the printed weights do not confirm the visible slots, those are said to be visible unless a window masks them."""
+    def what(m) -> str:
+        if w.window_unknown and m.what.startswith("visible"):
+            return (f"{m.what} by causality, {_mask_word(m.value)}, unless a sliding window masks the earliest (its "
+                    "size is not known without --model)")
+        return f"{m.what}, {_mask_word(m.value).replace('-inf', '−inf')}"
+
     return "mask row: " + "; ".join(
-        f"slot{'s' if m.last > m.first else ''} {m.first}{'..' + str(m.last) if m.last > m.first else ''}: "
-        f"{m.what}, {_mask_word(m.value).replace('-inf', '−inf')}" for m in w.row.mask_ranges)
+        f"slot{'s' if m.last > m.first else ''} {m.first}{'..' + str(m.last) if m.last > m.first else ''}: {what(m)}"
+        for m in w.row.mask_ranges)
+
+
+AROUND = 5  # tokens either side of the walked query's that the header shows (a long run's are counted, not listed)
+
+
+def tokens_line(w: HeadWalk) -> str | None:
+    """The run's tokens in the header: all of a short run; of a longer one, the count and the walked query's
+    neighbourhood, its own token marked ▶. Each id and text one unit, never broken across lines."""
+    if w.tokens is None:
+        return None
+    n, pos = len(w.tokens), w.position
+    lo, hi = (0, n) if n <= 2 * AROUND + 1 else (max(0, min(pos - AROUND, n - 2 * AROUND - 1)), 0)
+    hi = hi or min(n, lo + 2 * AROUND + 1)
+    texts = w.token_texts or (None,) * n
+    units = [("▶" if i == pos and (lo, hi) != (0, n) else "") + token_unit(w.tokens[i], texts[i], markup=True)
+             for i in range(lo, hi)]
+    sep = "  " if w.token_texts is not None else " "
+    if (lo, hi) == (0, n):
+        return "tokens of the run: " + sep.join(units)
+    return (f"tokens of the run: {n}; positions {lo}..{hi - 1}, around the query's (▶): "
+            + ("… " if lo else "") + sep.join(units) + (" …" if hi < n else ""))
 
 
 def weighted_table(w: HeadWalk, width: int | None = None) -> Group | None:
@@ -389,4 +416,5 @@ def walk_dict(w: HeadWalk) -> dict:
         "facts": list(w.facts),
         "compared": w.compared, "worst_ratio": w.worst_ratio, "passed": w.passed,
         "notes": list(w.notes),
+        "window_unknown": w.window_unknown,
     }

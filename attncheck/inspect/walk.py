@@ -7,11 +7,12 @@ S_h, P_h [T, n_kv]. The recomputations and bounds are those of checks.py (softma
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import BinaryIO
 
 import numpy as np
 
-from ..arch.facts import AttentionFacts
+from ..arch.facts import DEFAULT, AttentionFacts
 from ..check import checks
 from ..check.heads import SiteView, Under, kv_head, site_view
 from ..check.hypotheses import pin
@@ -114,7 +115,16 @@ def walk_site(src: str, ev: Evaluation, site: Site, head: int, query: int | None
     Q = parse_sample(site.q, src) if printable(site.q) else None
     V = parse_sample(site.v, src) if printable(site.v) else None
     lines = _facts_used(pinned.facts, facts.kq_scale)
-    return head_walk(src, ev, site, head, query, Under(view, facts), lines, V=V, K=K, Q=Q)
+    w = head_walk(src, ev, site, head, query, Under(view, facts), lines, V=V, K=K, Q=Q)
+    if pinned.facts.window.origin == DEFAULT and not (w.row.whole and _within(w.row)):
+        w = replace(w, window_unknown=True)
+    return w
+
+
+def _within(row: QueryRow) -> bool:
+    """Every recomputed weight of the row within its bound: the printed weights confirm which slots are visible."""
+    compared = ~np.isnan(row.bound)
+    return bool(np.all(row.error[compared] <= row.bound[compared]))
 
 
 def _scale_origin(facts: tuple[str, ...]) -> str:

@@ -63,9 +63,14 @@ def test_run_command_keeps_the_dump(tmp_path):
 
 
 def test_run_reports_the_binary_failing(tmp_path):
+    """A missing model stops attncheck before llama.cpp starts; an option llama.cpp refuses (after `--`) is its exit
+    code and its own error line, on one line."""
+    env = {**os.environ, "LLAMA_EVAL_CALLBACK": BIN}
     r = subprocess.run([sys.executable, "-m", "attncheck", "run", "-m", str(tmp_path / "missing.gguf"), "-p", "x"],
-                       capture_output=True, text=True, timeout=300, env={**os.environ, "LLAMA_EVAL_CALLBACK": BIN})
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 2 and r.stderr == f"attncheck: error: -m {tmp_path / 'missing.gguf'}: no such file\n"
+    r = subprocess.run([sys.executable, "-m", "attncheck", "run", "-m", str(LLAMA), "-p", "x", "--", "--junit", "r.xml"],
+                       capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 2
-    errors = [line for line in r.stderr.splitlines() if line.startswith("attncheck: error: ")]
-    assert errors and errors[0].startswith("attncheck: error: llama-eval-callback: exited with code 1;"), r.stderr
-    assert "Traceback" not in r.stderr
+    assert r.stderr == ("attncheck: error: llama-eval-callback: exited with code 1; it said: error: invalid argument: "
+                        "--junit\n"), r.stderr

@@ -21,10 +21,23 @@ class DumpError(Exception):
         return DumpError, (self.source, self.line, self.message)
 
 
-def printable(text: str) -> str:
+def printable(text: str, lines: bool = False) -> str:
     """Text quoted from the input, as one visible line: control characters (NUL, a stray CR, terminal escape
-    codes) written as escapes."""
-    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    codes: C0, DEL, C1, bidi overrides) written as escapes. lines: newlines are kept (a text of several lines)."""
+    if text.isprintable():
+        return text
+    if lines:
+        return "\n".join(printable(line) for line in text.split("\n"))
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def markup(text: str) -> str:
+    """Text from the input (a path, a node name, a token) placed in rich markup (a table cell, a title, a styled
+    line): printable, and its square brackets escaped, so that `y[bold red]RED.txt` prints as written and
+    `x[/].txt` is no markup error."""
+    from rich.markup import escape
+
+    return escape(printable(text))
 
 
 class ModelError(Exception):

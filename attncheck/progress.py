@@ -6,6 +6,8 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator
 
+from .errors import markup
+
 SHOW_AFTER = 4 << 20  # bytes: small dumps finish before a bar would help
 
 
@@ -33,7 +35,7 @@ class EvaluationProgress:
             if dump.bytes_read < SHOW_AFTER:
                 return
             self.bar.start()
-            self.task = self.bar.add_task(f"checking {dump.source}", total=self.total, evals=0)
+            self.task = self.bar.add_task(f"checking {markup(dump.source)}", total=self.total, evals=0)
         self.bar.update(self.task, completed=dump.bytes_read, evals=self.evaluations)
 
     def stop(self) -> None:

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
+import time
 from collections import deque
 from functools import lru_cache
 from typing import BinaryIO
@@ -88,46 +91,126 @@ def command(binary: str, model: str, prompt: str, extra: tuple[str, ...]) -> lis
     return args
 
 
-class Tee:
-    """A binary stream that copies what is read from the process to a file and remembers the last lines."""
+# llama.cpp prints while it works: a dot per loaded chunk of the model, then each graph node as it is computed. Five
+# minutes without a byte is beyond both for any model a CPU runs; --stall-timeout changes it.
+STALL = 300.0
+GRACE = 2.0  # seconds: after llama.cpp exited, what is left in the pipe is read; a process it left behind may hold it
+TAIL_BYTES = 1 << 16  # of a block, where the last lines (for a failure's message) are looked for
+_WAIT = 0.05  # seconds: a read returns what came within this much of the first byte (fewer, larger blocks)
 
-    def __init__(self, stream: BinaryIO, keep: BinaryIO | None, tail_lines: int = 12):
-        self._stream, self._keep = stream, keep
+
+class Tee:
+    """A binary stream over the process's output that copies what is read to a file, remembers the last lines, and
+    never waits for ever: STALL seconds without output, or GRACE seconds after the process exited, end it."""
+
+    def __init__(self, proc: subprocess.Popen, keep: BinaryIO | None, stall: float, tail_lines: int = 12):
+        self._proc, self._keep, self._stall = proc, keep, stall
+        self._fd = proc.stdout.fileno()  # type: ignore[union-attr]
         self._tail: deque[bytes] = deque(maxlen=tail_lines)
+        self._eof = False
         self.name = BINARY
+        self.stalled: DumpError | None = None
 
     def read(self, n: int = -1) -> bytes:
-        data = self._stream.read(n)
+        n = n if n > 0 else 1 << 20
+        chunks: list[bytes] = []
+        got = 0
+        while got < n and not self._eof:
+            data = self._next(n - got, _WAIT if chunks else None)
+            if data is None:  # nothing more within _WAIT of what this read has
+                break
+            if not data:
+                self._eof = True
+                break
+            chunks.append(data)
+            got += len(data)
+        data = b"".join(chunks)
         if self._keep is not None and data:
             self._keep.write(data)
-        if data:
-            self._tail.extend(data.splitlines()[-self._tail.maxlen:])
+        if data:  # the last lines only: splitting a block of millions of short lines would cost as much again
+            self._tail.extend(data[-TAIL_BYTES:].splitlines()[-self._tail.maxlen:])
         return data
+
+    def _next(self, n: int, wait: float | None) -> bytes | None:
+        """Up to n bytes; None when `wait` passed without any; b"" at the end (the pipe closed, a stall, or the
+        process gone GRACE seconds while something else holds the pipe)."""
+        quiet_since = exited = time.monotonic()
+        while True:
+            ready, _, _ = select.select([self._fd], [], [], min(wait, 1.0) if wait is not None else 1.0)
+            if ready:
+                return os.read(self._fd, n)
+            now = time.monotonic()
+            if wait is not None and now - quiet_since >= wait:
+                return None
+            if self._proc.poll() is None:
+                exited = now
+                if self._stall and now - quiet_since >= self._stall:
+                    self.stalled = DumpError(BINARY, None, f"printed nothing for {self._stall:g} s: ended it "
+                                                           "(--stall-timeout SECONDS waits longer; 0 for ever)")
+                    return b""
+            elif now - exited >= GRACE:
+                return b""
 
     def tail(self) -> str:
         return "\n".join(line.decode("utf-8", "replace") for line in self._tail)
 
 
 class Process:
-    """The running llama-eval-callback: `.stream` is its merged stdout+stderr (as `2>&1` gives)."""
+    """The running llama-eval-callback: `.stream` is its merged stdout+stderr (as `2>&1` gives). It runs in a
+    process group of its own, which leaving the `with` block ends, however attncheck ends (Ctrl-C included): no
+    orphan keeps computing."""
 
-    def __init__(self, args: list[str], keep: str | None):
+    def __init__(self, args: list[str], keep: str | None, stall: float = STALL):
         try:
             self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL)
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as e:
             raise DumpError(args[0], None, f"cannot start: {e.strerror}") from None
+        self._stall = stall
         self._keep = open(keep, "wb") if keep else None
-        self.stream = Tee(self._proc.stdout, self._keep)  # type: ignore[arg-type]
+        self.stream = Tee(self._proc, self._keep, stall)
+
+    def __enter__(self) -> "Process":
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.end()
 
     def finish(self) -> int:
-        """Read what is left (the checker may stop early), wait, and return the exit code."""
+        """Read what is left (the checker may stop early), wait, and return the exit code. A process that closed
+        its output but keeps running is waited for the stall timeout, then ended (self.stream.stalled says so)."""
         while self.stream.read(1 << 20):
             pass
+        if self.stream.stalled is None:
+            try:
+                self._proc.wait(timeout=self._stall or None)
+            except subprocess.TimeoutExpired:
+                self.stream.stalled = DumpError(BINARY, None, f"closed its output but kept running for "
+                                                              f"{self._stall:g} s: ended it (--stall-timeout SECONDS "
+                                                              "waits longer)")
+        if self.stream.stalled is not None:
+            self.end()
         code = self._proc.wait()
         if self._keep is not None:
             self._keep.close()
         return code
+
+    def end(self) -> None:
+        """End the process group (llama.cpp and whatever it started): SIGTERM, then SIGKILL after 2 s."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self._proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            try:
+                self._proc.wait(timeout=2)
+                os.killpg(self._proc.pid, 0)  # the leader is gone; others of its group may be left
+            except subprocess.TimeoutExpired:
+                continue
+            except (ProcessLookupError, PermissionError):
+                break
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
 
     def failure(self, code: int) -> DumpError:
         tail = self.stream.tail()

@@ -38,6 +38,7 @@ class Options:
     tokens: tuple[int, ...] | None = None
     tolerance: FixedTolerance | None = None  # --atol/--rtol in place of the derived bounds of the dump-only checks
     jobs: int | None = None  # processes reading the dump (None: every core); results do not depend on it
+    require_ids: bool = True  # False: a run whose token ids cannot be had gets its dump-only checks, and says why
 
 
 def _options(options: Options | None, kw: dict) -> Options:
@@ -82,11 +83,12 @@ def _fits(shape: tuple[int, list[int]], sites, source: str, header: Header) -> N
         if s.layer < n_layer and heads[s.layer] == s.H:
             continue
         m = header.meta
-        kv = m.get(f"{header.arch}.attention.head_count_kv", heads[0])
-        d = m.get(f"{header.arch}.attention.key_length") or (m[f"{header.arch}.embedding_length"] // heads[0])
+        h = next((n for n in heads if n), 1)  # a hybrid's first layers may have none
+        kv = m.get(f"{header.arch}.attention.head_count_kv", h)
+        d = m.get(f"{header.arch}.attention.key_length") or (m[f"{header.arch}.embedding_length"] // h)
         raise DumpError(source, s.softmax.line,
                         f"the model does not fit this dump: layer {s.layer} has {s.H} query heads, {s.H_kv} KV heads "
-                        f"of D_h = {s.D_h}; {header.path} ({header.arch}) has {n_layer} layers, {heads[0]} query "
+                        f"of D_h = {s.D_h}; {header.path} ({header.arch}) has {n_layer} layers, {h} query "
                         f"heads, {kv if not isinstance(kv, list) else kv[0]} KV heads of D_h = {d}")
 
 
@@ -158,19 +160,25 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
             from .model.checker import ModelChecker  # imports gguf: only when a model is given
 
             model = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens, header=header,
-                                 layers=opts.layers, heads=opts.heads)
+                                 layers=opts.layers, heads=opts.heads, require_ids=opts.require_ids,
+                                 deferred=observe is None)  # the HTML page draws each evaluation's reference
         else:
             report.model = {"path": opts.model, "arch": header.arch, "forward": None,
                             "note": f"attncheck has no reference forward pass for {header.arch!r}: the printed numbers "
                                     "are checked from the dump alone, under the attention facts its header gives"}
     fits = (lambda infos: _fits(shape, infos, dump.source, header)) if shape is not None else None
     logs = opts if header is None else None  # without --model, a 2024 log's GGUF keys give the facts
-    if model is None and observe is None and not opts.fail_fast:
+    identity = None
+    if header is not None and model is None:  # no reference: the printed embedding rows still tell whose dump it is
+        from .model.identity import checker as identity_checker
+
+        identity = identity_checker(opts.model, header, dump.source, opts.tokens)
+    if model is None and identity is None and observe is None and not opts.fail_fast:
         from_dump, read = _by_parts(dump, checker, opts.jobs, progress, fits, logs)
         from_model: list[SiteReport] = []
     else:
         from_dump, from_model, read = _by_evaluation(dump, checker, model, opts, report, progress, observe, fits,
-                                                     logs)
+                                                     logs, identity)
     held, summary = checker.finish(complete=not report.stopped_early)
     from_dump += held
     if model is not None:
@@ -184,6 +192,10 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
             report.stopped_early = True
             break
     _fill(report, dump.source, read, summary)
+    for r in (report.model or {}).get("runs") or []:
+        if r.get("not_checked"):
+            report.warnings.append(printable(f"{dump.source}: run {r['run']} not checked against the model "
+                                             f"(its dump-only checks were run): {r['not_checked']}"))
     if header is not None:  # with a model, each run's tokens as text (its vocabulary)
         report.token_text = [token_text(header.meta, t if t is not None else opts.tokens) for t in report.tokens]
     return report
@@ -197,7 +209,12 @@ def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits
     read = Read()
     replay = Replay(dump.source)
     out: list[SiteReport] = []
-    for part in gathered(dump.stream, dump.source, checker.layers, jobs or jobs_default()):
+    def on_read(block: bytes) -> None:  # a stream read here as it comes: the bar moves with it
+        dump.bytes_read += len(block)
+        if progress is not None:
+            progress(dump, None)
+
+    for part in gathered(dump.stream, dump.source, checker.layers, jobs or jobs_default(), on_read=on_read):
         for ev in replay.take(part):
             if logs is not None:
                 k = ev.run - replay.implicit
@@ -219,12 +236,15 @@ def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits
 
 
 def _by_evaluation(dump: Dump, checker: DumpChecker, model, opts: Options, report: Report, progress, observe,
-                   fits, logs: Options | None = None) -> tuple[list[SiteReport], list[SiteReport], Read]:
-    """The dump read evaluation by evaluation in this process: the --model checks need each evaluation's nodes."""
+                   fits, logs: Options | None = None, identity=None) -> tuple[list[SiteReport], list[SiteReport], Read]:
+    """The dump read evaluation by evaluation in this process: the --model checks need each evaluation's nodes (and
+    identity, a model without a reference: model/identity.py)."""
     read = Read()
     from_dump: list[SiteReport] = []
     from_model: list[SiteReport] = []
     for ev in dump.evaluations():
+        if identity is not None:
+            identity(ev)
         if logs is not None:
             from_dump += _log_facts(checker, logs, read, _log_header(dump, ev))
         if fits is not None:

@@ -92,9 +92,9 @@ MUTANTS = [
            '        if True:\n            return q, k', MODEL),
     Mutant("ref-no-layernorm", "the reference forward pass without GPT-2's LayerNorm", "model/reference.py",
            "else blocks.layer_norm(x, self.hp.norm_eps)", "else x", MODEL),
-    Mutant("model-tau-x10", "--model's cascade allowance (TAU) ×10", "model/bounds.py",
-           '("8-bit", "float"): {"scores": 0.18, "values": 1.35},',
-           '("8-bit", "float"): {"scores": 1.8, "values": 13.5},', MODEL),
+    Mutant("model-cascade-x10", "--model's deep-layer allowance (CASCADE) ×10 in layer 1", "model/bounds.py",
+           '"values": ((0.008, 0.0422), (0.02, 0.145),',
+           '"values": ((0.008, 0.0422), (0.2, 1.45),', MODEL),
     Mutant("model-noise-x10", "--model's layer-0 f32 summation noise ×10", "model/layer0.py",
            "/ 8 + 4) * U32", "/ 8 + 4) * 10 * U32", MODEL),
 ]

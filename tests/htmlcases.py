@@ -41,26 +41,11 @@ def nasty_dump(dst: Path) -> Path:
 
 def nasty_model(dst: Path, token: int = 257) -> Path:
     """A copy of the shipped GPT-2 model whose token `token` reads NASTY (metadata and tensors copied as they are)."""
-    import gguf
+    from gguf_edit import copy_model
 
-    reader = gguf.GGUFReader(GPT2)
-    writer = gguf.GGUFWriter(str(dst), arch=reader.fields["general.architecture"].contents())
-    for field in reader.fields.values():
-        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-            continue
-        kind = field.types[0]
-        sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
-        value = field.contents()
-        if field.name == "tokenizer.ggml.tokens":
-            value = list(value)
-            value[token] = NASTY
-        writer.add_key_value(field.name, value, kind, sub_type=sub)
-    for t in reader.tensors:
-        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in reader.tensors:
-        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
-    writer.close()
-    return dst
+    def value(name, v):
+        if name == "tokenizer.ggml.tokens":
+            v = list(v)
+            v[token] = NASTY
+        return v
+    return copy_model(GPT2, dst, value=value)

@@ -327,3 +327,205 @@ def test_log_lines_between_rows_are_skipped(tmp_path):
     r = run("check", path, "--json", "-")
     assert r.code == 0, r.err
     assert r.json()["totals"]["kqv_elements_checked"] == 144
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Text from the input on every output: no terminal control sequence, no rich markup, JUnit that parses
+# --------------------------------------------------------------------------------------------------------------
+# Hand-made on purpose: no llama.cpp run names a node `kq_soft_max\x1b[2J[bold red]-0`, and no shipped model holds
+# such a token; the dumps and models are the real fixtures with those strings written into them. Each drawn string is
+# put where a dump, a path, a log line or a GGUF can carry it, every command runs with every output it has, and
+# no output may hold a control character (an ESC, a BEL, a C1, a bidi override), show markup's effect (the
+# brackets must print as written), or hold JUnit that does not parse.
+import contextlib
+import io
+import os
+import signal
+import sys
+import xml.etree.ElementTree as ET
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from attncheck.errors import printable
+from dumpedit import DumpEdit as _Edit
+from htmlcases import nasty_model
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+PIECES = ["\x1b]0;title\x1b\\", "\x1b[2J", "\x1b[31m", "\x07", "\x9b", "\x00", "\r", "\x7f", "\u202e", "[bold red]",
+          "[/]", "[/bold]", "[link=x]", "]", "[", "\\", "x", " ", "é", "'", "\""]
+HOSTILE = st.lists(st.sampled_from(PIECES), min_size=1, max_size=6).map("".join)
+
+
+def _cli(*args) -> tuple[int, str, str]:
+    """The command line in this process (the same entry point as the console script), its exit code and output."""
+    from attncheck.cli import entry
+
+    out, err = io.StringIO(), io.StringIO()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    argv = sys.argv
+    sys.argv = ["attncheck", *map(str, args)]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            entry()
+    except SystemExit as e:
+        code = e.code
+    finally:
+        sys.argv = argv
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _clean_output(*texts: str) -> None:
+    for text in texts:
+        assert "Traceback" not in text and "internal error" not in text, text[-2000:]
+        bad = CONTROL.search(text)
+        assert bad is None, f"control character {bad.group()!r} in the output: ...{text[max(0, bad.start() - 80):bad.end() + 80]!r}"
+
+
+def _files(*paths) -> None:
+    """Every report written: no raw control character, JUnit that parses."""
+    for p in paths:
+        if not os.path.exists(p):
+            continue
+        text = open(p, encoding="utf-8").read()
+        _clean_output(text)
+        if str(p).endswith(".xml"):
+            ET.parse(p)
+
+
+def _hostile_dump(folder, junk: str, path_junk: str):
+    """gpt2-how-are.txt with one weight moved (a FAIL) and kq_soft_max-0 renamed to carry `junk`, at a path that
+    carries `path_junk`."""
+    name = "kq_soft_max" + junk + "-0"
+    path = folder / ("d" + path_junk.replace("/", "").replace("\x00", "") + ".txt")
+    edit = _Edit(HOW_ARE, path)
+    edit.set("kq_soft_max-0", (0, 1, 1), edit.get("kq_soft_max-0", (0, 1, 1)) + 0.002)
+    edit.save()
+    path.write_bytes(path.read_bytes().decode("latin-1").replace("kq_soft_max-0", name).encode("utf-8"))
+    return path
+
+
+SAFE_NAME = HOSTILE.filter(lambda s: not re.search(r"[{}=,\d-]|^\s|\s$", s) and "\n" not in s)
+
+
+FUZZ = dict(derandomize=True, database=None, deadline=None, phases=[Phase.explicit, Phase.generate],  # no shrinking:
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # a fail shows at once
+
+
+@settings(max_examples=8, **FUZZ)
+@given(junk=SAFE_NAME, path_junk=HOSTILE)
+def test_names_and_paths_from_the_input_reach_no_output_as_control_or_markup(junk, path_junk, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hostile")
+    dump = _hostile_dump(folder, junk, path_junk)
+    (folder / "x[").mkdir()
+    other = folder / "x[" / "].txt"  # the path `x[/].txt`: a closing tag in markup
+    other.write_bytes(HOW_ARE.read_bytes())
+    j, x, h = folder / "r.json", folder / "r.xml", folder / "r.html"
+    shown = printable(str(dump))
+    code, out, err = _cli("check", dump, "-v", "-j", "1", "--json", j, "--junit", x, "--html", h)
+    assert code == 1, err
+    _clean_output(out, err)
+    _files(j, x, h)
+    assert f"FAIL {shown}: " in out and json.loads(j.read_text())["source"] == str(dump)
+    code, out, err = _cli("check", dump, other, "-q", "--fail-fast", "-j", "1", "--junit", x)
+    assert code == 1 and printable(str(other)) in out, (out, err)
+    _clean_output(out, err)
+    _files(x)
+    for args in (("list", dump, "-v", "-j", "1"), ("list", dump, "--json", "-"),
+                 ("inspect", dump, "--layer", "0", "--head", "0", "--json", j, "--html", h),
+                 ("diff", HOW_ARE, dump, "-v", "-j", "1", "--json", j, "--junit", x, "--html", h),
+                 ("diff", HOW_ARE, dump, "-q", "-j", "1")):
+        code, out, err = _cli(*args)
+        assert code in (0, 1), (args, code, err)
+        _clean_output(out, err)
+        _files(j, x, h)
+
+
+@settings(max_examples=6, **FUZZ)
+@given(junk=HOSTILE.filter(lambda s: "\n" not in s and "\r" not in s and s.strip() == s and s))
+def test_log_lines_and_a_2024_logs_keys_reach_no_output_as_control_or_markup(junk, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("log")
+    edit = _Edit(OLD, folder / "old.txt")
+    edit.lines = [line.replace("general.architecture str              = llama",
+                               "general.architecture str              = " + junk) for line in edit.lines]
+    row = edit.node("kqv-0").rows[1]
+    edit.insert(row, ["llama_log: " + junk], replace=0)  # a log line between a node's rows: skipped, not quoted
+    old = edit.save()
+    old.write_bytes(old.read_bytes().decode("latin-1").encode("utf-8"))
+    x = folder / "r.xml"
+    for args in (("check", old, "-v", "--junit", x), ("list", old, "-v"), ("diff", old, OLD, "--junit", x)):
+        code, out, err = _cli(*args)
+        assert code in (0, 1), (args, code, err)
+        _clean_output(out, err)
+        _files(x)
+    bad = _Edit(HOW_ARE, folder / "bad.txt")  # the same line inside a checked row: an error that quotes it
+    i = bad.node("kq_soft_max-0").rows[2]
+    bad.lines[i] = bad.lines[i][:30] + junk + bad.lines[i][30:]
+    path = bad.save()
+    path.write_bytes(path.read_bytes().decode("latin-1").encode("utf-8"))
+    code, out, err = _cli("check", path, "--junit", x)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    _clean_output(out, err)
+    _files(x)
+
+
+@settings(max_examples=4, **FUZZ)
+@given(junk=HOSTILE)
+def test_a_models_token_text_reaches_no_output_as_control_or_markup(junk, tmp_path_factory, monkeypatch):
+    import htmlcases
+
+    folder = tmp_path_factory.mktemp("model")
+    monkeypatch.setattr(htmlcases, "NASTY", junk)
+    model = nasty_model(folder / "m.gguf")
+    j, h = folder / "r.json", folder / "r.html"
+    for args in (("check", HOW_ARE, "--model", model, "-v", "--json", j, "--html", h),
+                 ("list", HOW_ARE, "--model", model),
+                 ("inspect", HOW_ARE, "--layer", "0", "--head", "0", "--model", model, "--html", h)):
+        code, out, err = _cli(*args)
+        assert code == 0, (args, code, err)
+        _clean_output(out, err)
+        _files(j, h)
+    from gguf_edit import STRING, edit, value  # the same text as the architecture's name: quoted in the error
+
+    named = edit(htmlcases.GPT2, folder / "arch.gguf", {"general.architecture": value(STRING, junk)})
+    code, out, err = _cli("check", HOW_ARE, "--model", named, "--junit", folder / "r.xml")
+    assert code == 2 and len(err.splitlines()) == 1, err
+    _clean_output(out, err)
+    _files(folder / "r.xml")
+
+
+def test_paths_that_read_as_markup_print_as_written(tmp_path):
+    """`y[bold red]RED.txt` printed red, and `x[/].txt` was an internal error that lost the reports (issue 25): both
+    print as written in the --fail-fast line, the verdict stays the failing dump's, and the reports are written."""
+    bad = tmp_path / "bad.txt"
+    edit = DumpEdit(FIXTURES / "llama-gqa-draw.txt", bad)
+    edit.set("kq_soft_max-0", (0, 1, 0), edit.get("kq_soft_max-0", (0, 1, 0)) + 0.002)
+    edit.save()
+    red = tmp_path / "y[bold red]RED.txt"
+    red.write_bytes(HOW_ARE.read_bytes())
+    (tmp_path / "x[").mkdir()
+    close = tmp_path / "x[" / "].txt"
+    close.write_bytes(HOW_ARE.read_bytes())
+    r = run("check", bad, red, close, "--fail-fast", "-q", "--json", tmp_path / "r.json", "--junit",
+            tmp_path / "r.xml")
+    assert r.code == 1 and "internal error" not in r.err, r.err
+    assert f"2 of 3 dumps not checked: {red}, {tmp_path}/x[/].txt" in r.out
+    assert json.loads((tmp_path / "r.json").read_text())["not_checked"] == [str(red), str(close)]
+    ET.parse(tmp_path / "r.xml")
+    r = run(red, "-q")
+    assert r.code == 0 and f"PASS {red}: " in r.out
+
+
+def test_a_path_with_escapes_is_written_escaped_and_junit_parses(tmp_path):
+    path = tmp_path / "d\x1b]0;title\x07\x1b[2J.txt"
+    path.write_bytes(HOW_ARE.read_bytes())
+    r = run("check", path, "--junit", tmp_path / "r.xml")
+    assert r.code == 0 and "\x1b" not in r.out + r.err
+    assert f"PASS {printable(str(path))}: " in r.out
+    root = ET.parse(tmp_path / "r.xml").getroot()
+    assert root.find("testsuite").get("name") == f"attncheck check {printable(str(path))}"
+    r = run("diff", path, HOW_ARE, "--junit", tmp_path / "d.xml", "-q")
+    assert r.code == 0 and "\x1b" not in r.out + r.err
+    ET.parse(tmp_path / "d.xml")

@@ -62,10 +62,14 @@ def test_check_longer_old_log_names_the_ids_it_cannot_recover():
     """A longer prompt: only the first 3 and last 3 embedding rows are printed, the ids between stay unknown."""
     known = _logged_ids(FIXTURES / "llama-gqa-long.txt")  # today's log of the same prompt
     T = len(known)
-    r = run("check", OLD_LONG, "--model", LLAMA)
-    assert r.code == 2 and "Traceback" not in r.err
-    [line] = [x for x in r.err.splitlines() if x.startswith("attncheck: error:")]
+    r = run("check", OLD_LONG, "--model", LLAMA, "--json", "-")
+    assert r.code == 0 and "Traceback" not in r.err  # its dump-only checks run and pass
+    doc = r.json()
+    assert doc["totals"]["softmax_rows_checked"] > 0 and doc["model"]["nodes_checked"] == 0
+    [line] = [x for x in r.err.splitlines() if x.startswith("attncheck: warning") and "not checked against" in x]
     assert f"positions 3..{T - 4}: not recoverable" in line and "--tokens" in line
+    [run0] = doc["model"]["runs"]
+    assert run0["tokens"] is None and run0["not_checked"] in line
     assert all(f"{p}: {known[p]}" in line for p in (0, 1, 2, T - 3, T - 2, T - 1))
     ok = run("check", OLD_LONG, "--model", LLAMA, "--tokens", ",".join(map(str, known)), "--json", "-")
     assert ok.code == 0 and ok.json()["model"]["runs"][0]["tokens_from"] == "--tokens"
@@ -88,12 +92,12 @@ def test_diff_with_model_long_prompt(tmp_path):
 
 
 def test_diff_with_model_catches_a_moved_score(tmp_path):
-    """A layer-0 kq score of NEW moved by 0.2 (the reference holds it to about 1e-2 there, the f16 K cache's
-    rounding of k·q): NEW leaves the reference where OLD does not, and check --model fails NEW."""
+    """A layer-0 kq score of NEW moved by 0.5 (the reference holds it to about 0.07 there, the f16 K cache's rounding
+    flips of k·q at a 1e-9 chance: attncheck/model/bounds.py): NEW leaves the reference where OLD does not."""
     from dumpedit import DumpEdit
 
     edit = DumpEdit(NEW, tmp_path / "moved.txt")
-    edit.add("kq-0", (0, 2, 1), 0.2)  # head 0, query 2, slot 1
+    edit.add("kq-0", (0, 2, 1), 0.5)  # head 0, query 2, slot 1
     r = run("diff", OLD, edit.save(), "--model", LLAMA, "--json", "-")
     assert r.code == 1, r.err
     doc = r.json()
@@ -115,9 +119,10 @@ def test_diff_with_model_catches_a_moved_score(tmp_path):
 
 
 def test_diff_with_model_keeps_the_drift_verdict_where_the_reference_is_looser(tmp_path):
-    """Deeper, the reference allows 0.1 of a node's rms (its cascade error model) and two correct builds drift by
-    far less: a layer-1 q value moved by 0.05 of its rms stays within the reference (check --model passes both
-    sides) but is beyond drift (exit 1); moved by 0.1 rms it leaves the reference too."""
+    """Deeper, the reference allows one value of a node about 0.02 of its rms in layer 1 of this F16 model (the
+    deep-layer verdict: attncheck/model/bounds.py; 0.05 fails check --model) and two correct builds drift by less
+    (0.01 is beyond drift): a layer-1 q value moved by 0.015 of its rms stays within the reference (check --model
+    passes both sides) but is beyond drift (exit 1)."""
     import math
 
     from dumpedit import DumpEdit, printed
@@ -126,14 +131,13 @@ def test_diff_with_model_keeps_the_drift_verdict_where_the_reference_is_looser(t
     n0, n1, n2, _ = edit.node("Qcur-1", 2).ne  # the ROPE
     values = [edit.get("Qcur-1", (i2, i1, i0), 2) for i2 in printed(n2) for i1 in printed(n1) for i0 in printed(n0)]
     rms = math.sqrt(sum(v * v for v in values) / len(values))
-    for k, regression in ((0.05, "drift"), (0.1, "check")):
-        edit = DumpEdit(NEW, tmp_path / f"moved-{k}.txt")
-        edit.add("Qcur-1", (2, 0, 1), k * rms, 2)  # token 2, head 0, dim 1
-        doc = run("diff", OLD, edit.save(), "--model", LLAMA, "--json", "-").json()
-        assert (doc["exit_code"], doc["regression"]) == (1, regression)
-        assert (doc["first_divergent"]["layer"], doc["first_divergent"]["new"]["name"]) == (1, "Qcur-1")
-        assert any(x["regression"] for x in doc["reference"]["layers"]) == (regression == "check")
-        assert doc["check"]["old"]["verdict"] == "pass"
+    edit = DumpEdit(NEW, tmp_path / "moved.txt")
+    edit.add("Qcur-1", (2, 0, 1), 0.015 * rms, 2)  # token 2, head 0, dim 1
+    doc = run("diff", OLD, edit.save(), "--model", LLAMA, "--json", "-").json()
+    assert (doc["exit_code"], doc["regression"]) == (1, "drift")
+    assert (doc["first_divergent"]["layer"], doc["first_divergent"]["new"]["name"]) == (1, "Qcur-1")
+    assert not any(x["regression"] for x in doc["reference"]["layers"])
+    assert doc["check"]["old"]["verdict"] == "pass" and doc["check"]["new"]["verdict"] == "pass"
 
 
 def _fake_binary(tmp_path, help_text: str):

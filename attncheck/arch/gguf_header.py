@@ -7,8 +7,10 @@ value); tensor infos (name, n_dims, ne[n_dims], ggml type, offset); data aligned
 """
 from __future__ import annotations
 
+import math
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from collections.abc import Sequence
@@ -16,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, printable
+from .gguf_keys import VERSIONS, bad_key
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _NP = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32, 7: np.bool_,
@@ -25,6 +28,7 @@ STRING, ARRAY = 8, 9
 F32, F16 = 0, 1  # ggml types of the small tensors read here
 KEEP_STRINGS = ("tokenizer.ggml.tokens",)  # string arrays kept (token text, decoded on demand); others are skipped
 _U64 = struct.Struct("<Q")
+MAX_DIMS = 4  # GGML_MAX_DIMS
 
 
 class Strings(Sequence):
@@ -133,21 +137,27 @@ class _Cursor:
             return self.string()
         if vtype == ARRAY:
             etype, n = self.take("<I"), self.take("<Q")
+            if etype == ARRAY or (etype not in _NP and etype != STRING):  # gguf.cpp reads no array of arrays
+                raise ModelError(self.path, f"metadata key {printable(key)}: an array of GGUF type {etype}")
+            least = np.dtype(_NP[etype]).itemsize if etype in _NP else 8  # a string: its length at least
+            if n > (len(self.buf) - self.pos) // least:  # before reading any: a count may claim 2^62 elements
+                raise ModelError(self.path, f"metadata key {printable(key)}: an array of {n} elements does not fit "
+                                            "in the file")
             if etype in _NP:
                 size = np.dtype(_NP[etype]).itemsize * n
                 arr = np.frombuffer(self.buf, dtype=_NP[etype], count=n, offset=self.pos).copy()
                 self.pos += size
                 return arr.tolist() if n <= 4096 else arr
-            if etype == STRING:
-                return self.strings(n, key in KEEP_STRINGS)
-            return [self.value(etype, key) for _ in range(n)]
-        raise ModelError(self.path, f"unknown GGUF value type {vtype} for key {key!r}")
+            return self.strings(n, key in KEEP_STRINGS)
+        raise ModelError(self.path, f"unknown GGUF value type {vtype} for key {printable(key)!r}")
 
 
 def read_header(path: str | os.PathLike[str]) -> Header:
     """The header of a GGUF file; ModelError (one line naming the file) when it is not one."""
     path = str(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # opening a FIFO would wait for a writer
+            raise ModelError(path, "not a regular file (a model is a GGUF file)")
         with open(path, "rb") as f:
             try:
                 buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -161,16 +171,24 @@ def read_header(path: str | os.PathLike[str]) -> Header:
         c = _Cursor(buf, path)
         c.pos = 4
         version, n_tensors, n_kv = c.take("<I"), c.take("<Q"), c.take("<Q")
-        if version < 2:
-            raise ModelError(path, f"GGUF version {version} is too old (2 or later)")
+        if version not in VERSIONS:
+            raise ModelError(path, f"GGUF version {version}: llama.cpp reads versions "
+                                   f"{', '.join(map(str, VERSIONS))}")
         h = Header(path)
-        for _ in range(n_kv):
+        for _ in range(n_kv):  # each takes bytes of the file: a count beyond it ends in "ends early"
             key = c.string()
             h.meta[key] = c.value(c.take("<I"), key)
+        why = bad_key(h.meta)
+        if why:
+            raise ModelError(path, why)
         for _ in range(n_tensors):
             name = c.string()
             n_dims = c.take("<I")
+            if n_dims > MAX_DIMS:
+                raise ModelError(path, f"tensor {printable(name)!r} has {n_dims} dimensions (at most {MAX_DIMS})")
             ne = tuple(c.take("<Q") for _ in range(n_dims))
+            if math.prod(ne) >= 2**63:
+                raise ModelError(path, f"tensor {printable(name)!r} has 2^63 elements or more")
             h.tensors[name] = TensorInfo(name, ne, c.take("<I"), c.take("<Q"))
         align = int(h.meta.get("general.alignment", 32))
         h.data_start = (c.pos + align - 1) // align * align

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .gguf_keys import bad_keys
+
 _KV = re.compile(r"llama_model_loader: - kv +\d+: +(?P<key>\S+) +(?P<type>arr\[\w+,\d+\]|\w+) += ?(?P<value>.*)$")
 _TYPE = re.compile(r"llama_model_loader: - type +(?P<type>\w+): +(?P<n>\d+) tensors")
 _ARRAY = re.compile(r"arr\[(?P<elem>\w+),(?P<n>\d+)\]")
@@ -81,4 +83,8 @@ def parse_log_header(text: str, first_line: int = 1) -> LogHeader | None:
             header.meta[m["key"]] = _value(m["type"], m["value"])
         except (ValueError, KeyError, json.JSONDecodeError):
             header.cut.append(m["key"])
+    if header is not None:  # a value llama.cpp would not load (block_count 2^40, a NaN epsilon) is left out too
+        for key, _ in list(bad_keys(header.meta)):
+            header.meta.pop(key, None)
+            header.cut.append(key)
     return header if header is not None and header.meta else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from ..errors import printable
 from ..results import SiteReport, describe
 from .report import EXIT_INPUT, EXIT_UNVERIFIED, Report
 
@@ -34,8 +35,15 @@ def add_case(suite: ET.Element, classname: str, name: str, kind: str | None = No
 
 
 def finish_tree(root: ET.Element) -> ET.ElementTree:
+    """The counts summed up to the root, and every text from the input (paths, node names, error lines) written
+    printable: XML 1.0 holds no control character, not even as a reference, and a CI log shows the messages."""
     for key in ("tests", "failures", "errors", "skipped"):
         root.set(key, str(sum(int(s.get(key)) for s in root.iter("testsuite"))))
+    for element in root.iter():
+        for key, value in element.attrib.items():
+            element.set(key, printable(value))
+        if element.text:
+            element.text = printable(element.text, lines=True)
     ET.indent(root)
     return ET.ElementTree(root)
 
@@ -83,7 +91,3 @@ def _nothing_checked(report: Report) -> str:
         return (f"nothing checked: head{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} not printed "
                 f"(printed: {', '.join(map(str, printed))})")
     return "nothing checked: no printed element of this site could be recomputed"
-
-
-def write(tree: ET.ElementTree, path: str) -> None:
-    tree.write(path, encoding="utf-8", xml_declaration=True)

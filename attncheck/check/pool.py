@@ -7,9 +7,9 @@ on), unless that part ended in a new run's start-up log.
 """
 from __future__ import annotations
 
-import io
 import multiprocessing
 import os
+import signal
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
@@ -40,7 +40,7 @@ Take = Callable[[Evaluation, str, "frozenset[int] | None"], "EvalData | Listed"]
 def gather_part(part: Part, source: str, layers: frozenset[int] | None, take: Take = gather) -> PartResult:
     """Read one part as a dump of its own and take each evaluation (runs in a worker process): gather's EvalData
     for the checks; `list` takes its rows (dump/listing.py's Listed, which Replay renumbers alike)."""
-    d = Dump(io.BytesIO(part.text()), source, part.first_line, part.final)
+    d = Dump(part.reader(), source, part.first_line, part.final)
     out: list[EvalData | Listed] = []
     error = None
     try:
@@ -65,21 +65,67 @@ def fork_context():
     return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
 
 
-def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take: Take = gather
-             ) -> Iterator[PartResult]:
-    """The parts' results in dump order: in this process (jobs 1) or a pool of `jobs` workers, a few parts ahead."""
+def _worker_signals() -> None:
+    """A worker leaves Ctrl-C to the parent (a terminal sends SIGINT to the whole process group; the parent ends
+    its workers and says it was interrupted, cli/interrupt.py) and dies quietly of SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def worker_pool(jobs: int) -> ProcessPoolExecutor:
+    """The pool of `jobs` worker processes that `check`, `list` and `diff -j` read and diff in."""
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=fork_context(), initializer=_worker_signals)
+
+
+def end_pool(pool: ProcessPoolExecutor, interrupted: bool = False) -> None:
+    """Shut a worker pool down. An interrupted one is not waited for: its workers were ended (cli/interrupt.py),
+    and joining a pool whose workers died in the middle of a message can wait for ever."""
+    pool.shutdown(wait=not interrupted, cancel_futures=True)
+
+
+class _Counted:
+    """A stream that tells `on_read` of each block read (progress through a stream read in this process)."""
+
+    def __init__(self, stream, on_read: Callable[[bytes], None]):
+        self.stream, self.on_read = stream, on_read
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.stream.read(n)
+        self.on_read(data)
+        return data
+
+
+def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take: Take = gather,
+             on_read: Callable[[bytes], None] | None = None) -> Iterator[PartResult]:
+    """The parts' results in dump order: in this process (jobs 1) or a pool of `jobs` workers, a few parts ahead.
+    on_read: told of each block of a stream that could not be cut in parts (read here, as it comes)."""
     if jobs <= 1:
         for part in parts(stream):
+            if part.stream is not None and on_read is not None:
+                part = part._replace(stream=_Counted(part.stream, on_read))
             yield gather_part(part, source, layers, take)
         return
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=fork_context()) as pool:
+    pool = worker_pool(jobs)
+    try:
         ahead: list[Future] = []
         for part in parts(stream):
+            if part.stream is not None:  # a stream that could not be cut: read here, after the parts before it
+                for f in ahead:
+                    yield f.result()
+                ahead = []
+                if on_read is not None:
+                    part = part._replace(stream=_Counted(part.stream, on_read))
+                yield gather_part(part, source, layers, take)
+                continue
             ahead.append(pool.submit(gather_part, part, source, layers, take))
             while len(ahead) > 2 * jobs:
                 yield ahead.pop(0).result()
         for f in ahead:
             yield f.result()
+    except BaseException as e:
+        end_pool(pool, interrupted=not isinstance(e, (Exception, GeneratorExit)))
+        raise
+    end_pool(pool)
 
 
 class Replay:

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..arch.vocab import shown
+from ..errors import markup, printable
 from ..results import SiteReport, describe
 from .columns import NEVER, Col, dropped, extent, fit
 from .hypotheses import scale_words
@@ -83,7 +83,7 @@ def site_rows(report: Report, verbose: bool = False) -> list[list[str]]:
 
 def site_table(report: Report, verbose: bool = False, width: int | None = None) -> Table:
     """The sites as a table that fits `width`: the layer and its status always, other columns as room allows."""
-    return fit(COLUMNS, site_rows(report, verbose), width, title=f"attention in {report.source}",
+    return fit(COLUMNS, site_rows(report, verbose), width, title=f"attention in {markup(report.source)}",
                title_justify="left")
 
 
@@ -176,8 +176,9 @@ def verdict(report: Report) -> str:
                f"in {t['sites']} site{'s' * (t['sites'] != 1)} ({evs})" + (f"; {t['step_elements_checked']} elements of the steps between kq "
                                                   "and SOFT_MAX" if t["step_elements_checked"] else ""))
     if t.get("model_nodes_checked"):
+        of = f" of {report.model['nodes_printed']} printed" if report.model and report.model.get("nodes_printed") else ""
         covered += (f"; with the model: {t['model_elements_checked']} printed elements of "
-                    f"{t['model_nodes_checked']} nodes (kq {t['model_kq_elements_checked']}) and "
+                    f"{t['model_nodes_checked']}{of} nodes (kq {t['model_kq_elements_checked']}) and "
                     f"{t['model_sums_checked']} sums")
     used = hypotheses_used(report)
     if used:
@@ -250,7 +251,7 @@ def facts_lines(report: Report) -> list[str]:
 
 def token_lines(report: Report) -> list[str]:
     """With a model: each run's tokens, id and text."""
-    return [f"tokens of run {r}: " + "  ".join(f"{i} {escape(shown(t))}" for i, t in zip(ids, text))
+    return [f"tokens of run {r}: " + "  ".join(f"{i} {markup(shown(t))}" for i, t in zip(ids, text))
             for r, (ids, text) in enumerate(zip(report.tokens, report.token_text)) if ids and text]
 
 
@@ -281,10 +282,15 @@ def coverage_lines(report: Report) -> list[str]:
         lines.append(f"--model {m['path']} ({m['arch']}): {m['note']}")
     elif m is not None:
         first = m.get("first_beyond_print")
-        lines.append(f"--model {m['path']} ({m['arch']}): every printed element of {t['model_nodes_checked']} nodes "
-                     "against its reference forward pass, kq and every printed query row included; first node "
-                     "beyond print precision: " + (f"{first['node']} (eval {first['evaluation']}, layer "
-                                                    f"{first['layer']}, line {first['line']})" if first else "none"))
+        lines.append(f"--model {m['path']} ({m['arch']}): {m['nodes_checked']} of {m['nodes_printed']} printed nodes "
+                     "checked, every printed element of each against the reference forward pass at its own place, "
+                     "kq and every printed query row included; first node beyond print precision: "
+                     + (f"{first['node']} (eval {first['evaluation']}, layer {first['layer']}, line {first['line']})"
+                        if first else "none"))
+        unchecked = (m.get("unchecked") or {}).get("by_reason") or {}
+        if unchecked:
+            lines.append("not checked against the model: " + "; ".join(f"{n} node{'s' * (n != 1)}: {why}"
+                                                                       for why, n in unchecked.items()))
     for r in (m or {}).get("runs") or []:
         if r.get("tokens_from") not in (None, "log"):
             lines.append(f"token ids of run {r['run']}: {r['tokens']} ({TOKENS_FROM.get(r['tokens_from'], r['tokens_from'])})")
@@ -304,7 +310,8 @@ TOKENS_FROM = {"embeddings": "the log printed none: looked up from its printed e
 
 
 def model_checked(report: Report) -> bool:
-    return report.model is not None and report.model.get("forward", True) is not None
+    return (report.model is not None and report.model.get("forward", True) is not None
+            and report.model.get("nodes_checked", 1) > 0)
 
 
 def render(report: Report, console: Console, *, quiet: bool = False, verbose: bool = False) -> None:
@@ -313,17 +320,19 @@ def render(report: Report, console: Console, *, quiet: bool = False, verbose: bo
         console.print(table)
         note = table_note(report, table, verbose)
         for line in ([note] if note else []) + coverage_lines(report):
-            console.print(f"[dim]{escape(line)}[/]", highlight=False)
+            console.print(f"[dim]{markup(line)}[/]", highlight=False)
         for line in token_lines(report):  # their text escaped already
             console.print(f"[dim]{line}[/]", highlight=False)
     for line in check_lines(report) if verbose and not quiet else []:
-        console.print(line, style="red" if " FAIL " in line else None, markup=False, highlight=False, soft_wrap=True)
+        console.print(printable(line), style="red" if " FAIL " in line else None, markup=False, highlight=False,
+                      soft_wrap=True)
     for line in failure_lines(report, None if verbose else 10):
-        console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
+        console.print(printable(line), style="red", markup=False, highlight=False, soft_wrap=True)
     if report.hint:
-        console.print(f"hint: {report.hint}", style="yellow", markup=False, highlight=False, soft_wrap=True)
+        console.print(printable(f"hint: {report.hint}"), style="yellow", markup=False, highlight=False,
+                      soft_wrap=True)
     if report.stopped_early:
         console.print("stopped early (--fail-fast): at the first failing site; later sites not checked", style="red",
                       markup=False, highlight=False)
     style = {EXIT_PASS: "bold green", EXIT_FAIL: "bold red"}.get(report.exit_code, "bold yellow")
-    console.print(verdict(report), style=style, markup=False, highlight=False, soft_wrap=True)
+    console.print(printable(verdict(report)), style=style, markup=False, highlight=False, soft_wrap=True)

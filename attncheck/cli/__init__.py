@@ -1,9 +1,10 @@
 """The command line: a thin layer over attncheck.read_dump / attncheck.verify. Exit codes: 0 pass, 1 fail,
-2 unusable input or usage, 3 nothing could be verified."""
+2 unusable input or usage, 3 nothing could be verified, 130 and 143 interrupted (SIGINT, SIGTERM)."""
 from __future__ import annotations
 
 import difflib
 import os
+import signal
 import sys
 
 import click
@@ -11,7 +12,9 @@ import click
 from ..check.report import EXIT_INPUT
 from .check import check, run
 from .common import fail
+from .interrupt import Interrupted, catch_signals, ignore_signals
 from .listing import list_
+from .streams import guard, settle
 from .others import diff_, inspect_
 
 
@@ -46,25 +49,43 @@ for command in (check, list_, run, inspect_, diff_):
 
 
 def entry() -> None:
-    """The console script: the click group, with a usage error as one line (exit 2) and an exception no command
-    expected (a bug) turned into one line and exit 2, never a traceback."""
+    """The console script: the click group, with a usage error as one line (exit 2), an exception no command
+    expected (a bug) turned into one line and exit 2, never a traceback; Ctrl-C or SIGTERM 128 + the signal; a
+    report that could not be written said, without losing the others or a failed verdict (streams.py)."""
+    stdout, stderr = guard()
+    catch_signals()
+    code = settle(_run(), stdout, fail)
+    if code > 128:  # interrupted, no verdict: leave now, not after the worker pools' threads wind down
+        stdout.flush()
+        stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def _run() -> int:
+    """The command's exit code; whatever ends it, one line on stderr at most."""
     try:
-        code = main.main(prog_name="attncheck", standalone_mode=False)
+        return main.main(prog_name="attncheck", standalone_mode=False) or 0
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else EXIT_INPUT
+    except Interrupted as e:  # Ctrl-C (130) or SIGTERM (143): no verdict, and not a failed check (exit 1)
+        ignore_signals()
+        click.echo(f"attncheck: interrupted ({e.name}): no verdict", err=True)
+        return e.exit_code
     except click.UsageError as e:
         where = f" (attncheck {e.ctx.info_name} --help)" if e.ctx is not None and e.ctx.parent is not None else \
             " (attncheck --help)"
         fail(e.format_message().replace("\n", " ") + where)
-        sys.exit(EXIT_INPUT)
+        return EXIT_INPUT
     except click.ClickException as e:
         fail(e.format_message().replace("\n", " "))
-        sys.exit(e.exit_code)
-    except click.Abort:
-        click.echo("Aborted!", err=True)
-        sys.exit(1)
+        return e.exit_code
+    except click.Abort:  # click's word for an interrupted prompt: interrupted as well
+        click.echo("attncheck: interrupted: no verdict", err=True)
+        return 128 + signal.SIGINT
     except Exception as e:
         fail(f"internal error ({type(e).__name__}: {e}); please report it with the input")
-        sys.exit(EXIT_INPUT)
-    sys.exit(code or 0)
+        return EXIT_INPUT
 
 
 if __name__ == "__main__":

@@ -1,15 +1,18 @@
 """`attncheck check` and `attncheck run`: dumps through verify, the report as tables, JSON, JUnit and a page."""
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, Report, multi_dict
-from ..errors import DumpError, ModelError
+from ..errors import DumpError, ModelError, printable
 from ..inspect.walk import span
+from ..run import STALL
 from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option, json_option,
-                     junit_option, output_target, tokens as parse_tokens, vocab, write_html, write_json)
+                     junit_option, output_target, tokens as parse_tokens, vocab, warn, write_html, write_json,
+                     write_junit)
 
 
 @click.command()
@@ -40,7 +43,7 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fai
     from ..verify import Options, verify
 
     opts = Options(kq_scale=kq_scale, layers=frozenset(layers) or None, heads=frozenset(heads) or None,
-                   fail_fast=fail_fast, model=model, tokens=parse_tokens(tokens), jobs=jobs,
+                   fail_fast=fail_fast, model=model, tokens=parse_tokens(tokens), jobs=jobs, require_ids=False,
                    tolerance=None if atol is None and rtol is None else FixedTolerance(atol or 0.0, rtol or 0.0))
     console = make_console(stderr=json_out == "-")
     if not dumps and sys.stdin.isatty():  # reading a terminal would wait for input that never comes
@@ -79,7 +82,7 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fai
             if page is not None:
                 pages.append((report, page))
             for w in report.warnings:
-                click.echo(f"attncheck: warning: {w}", err=True)
+                warn(w)
             render(report, console, quiet=quiet, verbose=verbose)
             reports.append(report)
             inputs.append((path, report.exit_code, None))
@@ -90,16 +93,16 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fai
         inputs.append((path, EXIT_INPUT, errors[-1]))
     left = paths[len(inputs):]
     if left:
-        console.print(f"[bold red]stopped early (--fail-fast): {len(left)} of {len(paths)} dumps not checked: "
-                      f"{', '.join(left)}[/]", highlight=False, soft_wrap=True, markup=True)
+        console.print(printable(f"stopped early (--fail-fast): {len(left)} of {len(paths)} dumps not checked: "
+                                f"{', '.join(left)}"), style="bold red", highlight=False, soft_wrap=True, markup=False)
     codes = [code for _, code, _ in inputs]
     if json_out:
         one = len(paths) == 1 and reports  # one dump: its document; several (or none readable): the multi-dump form
-        write_json(reports[0].to_dict() if one else multi_dict(reports, inputs, left), json_out)
+        codes.append(write_json(reports[0].to_dict() if one else multi_dict(reports, inputs, left), json_out))
     if junit:
-        from ..check.junit import check_xml, write
+        from ..check.junit import check_xml
 
-        write(check_xml(reports, inputs), junit)
+        codes.append(write_junit(check_xml(reports, inputs), junit))
     if html_out:
         from ..check.html import check_page
 
@@ -117,8 +120,10 @@ def check(dumps, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fai
 @click.option("-q", "--quiet", is_flag=True, help="Only the failures and the verdict line.")
 @click.option("--dump-only", is_flag=True, help="Check from the dump alone: do not recompute from -m's weights.")
 @html_option("the report, a layer × head grid and each head's heatmaps")
+@click.option("--stall-timeout", "stall", type=TOLERANCE, default=STALL, show_default=True, metavar="SECONDS",
+              help="End llama.cpp when it prints nothing for this long (0: wait for ever).")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
-def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_out, extra):
+def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_out, stall, extra):
     """Run llama-eval-callback on a prompt and check its attention as it streams.
 
     Arguments after `--` go to llama.cpp; `--flash-attn off` is added unless you set flash attention. The
@@ -132,25 +137,32 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_
     from ..check.render import render
     from ..verify import Options, verify
 
+    if not os.path.isfile(model):  # llama.cpp would wait on a FIFO for ever, and read a folder as nothing
+        fail(f"-m {model}: {'no such file' if not os.path.exists(model) else 'not a regular file'}")
+        sys.exit(EXIT_INPUT)
     reference = None if dump_only else model
     if reference is not None:
         try:
             require_shape(read_header(reference).meta, reference)
         except ModelError as e:  # llama.cpp may still run it: check from the dump alone
-            click.echo(f"attncheck: warning: no --model checks: {e}", err=True)
+            warn(f"no --model checks: {e}")
             reference = None
     try:
-        proc = runner.Process(runner.command(runner.find_binary(binary), model, prompt, extra), keep)
+        proc = runner.Process(runner.command(runner.find_binary(binary), model, prompt, extra), keep, stall)
     except DumpError as e:
         fail(str(e))
         sys.exit(EXIT_INPUT)
     report, error = None, None
     page = PageData(proc.stream.name) if html_out else None
-    try:
-        report = verify(proc.stream, Options(kq_scale=kq_scale, model=reference), observe=page)
-    except (DumpError, ModelError) as e:
-        error = e
-    code = proc.finish()
+    with proc:  # llama.cpp's process group ends with this block, whatever ends it
+        try:
+            report = verify(proc.stream, Options(kq_scale=kq_scale, model=reference), observe=page)
+        except (DumpError, ModelError) as e:
+            error = e
+        code = proc.finish()
+    if proc.stream.stalled is not None:
+        fail(str(proc.stream.stalled))
+        sys.exit(EXIT_INPUT)
     if code != 0:
         fail(str(proc.failure(code)))
         sys.exit(EXIT_INPUT)
@@ -158,14 +170,14 @@ def run(model, prompt, binary, keep, kq_scale, json_out, quiet, dump_only, html_
         fail(str(error))
         sys.exit(EXIT_INPUT)
     for w in report.warnings:
-        click.echo(f"attncheck: warning: {w}", err=True)
+        warn(w)
     render(report, make_console(stderr=json_out == "-"), quiet=quiet)
+    codes = [report.exit_code]
     if json_out:
-        write_json(report.to_dict(), json_out)
+        codes.append(write_json(report.to_dict(), json_out))
     if html_out:
         from ..check.html import check_page
 
-        if write_html(html_out, lambda: check_page([(report, page)], vocab(model))) != EXIT_PASS:
-            sys.exit(EXIT_INPUT)
-    sys.exit(report.exit_code)
+        codes.append(write_html(html_out, lambda: check_page([(report, page)], vocab(model))))
+    sys.exit(combine(codes))
 

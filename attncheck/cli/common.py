@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+from typing import Callable
 
 import click
 from rich.console import Console
@@ -22,13 +23,44 @@ def _width(stream) -> int | None:
     return None if stream.isatty() or os.environ.get("COLUMNS", "").strip().isdigit() else PIPE_WIDTH
 
 
+class _Printable:
+    """A renderable whose text segments are written printable (errors.printable; the console's own control codes
+    aside): whatever a table cell or a title let through, no control character from the input reaches the terminal."""
+
+    def __init__(self, renderable):
+        self.renderable = renderable
+
+    def __rich_console__(self, console, options):
+        from rich.segment import Segment
+
+        for seg in console.render(self.renderable, options):
+            if seg.control or seg.text.isprintable() or seg.text == "\n":
+                yield seg
+            else:
+                yield Segment(printable(seg.text, lines=True), seg.style)
+
+
+class _PrintableHook:
+    """rich's render hook (Console.push_render_hook): every renderable printed goes through _Printable."""
+
+    def process_renderables(self, renderables):
+        return [_Printable(r) for r in renderables]
+
+
 def console(stderr: bool = False, **kw) -> Console:
-    """Rich console on stdout (stderr: for the table when stdout carries the JSON)."""
-    return Console(stderr=stderr, highlight=False, width=_width(sys.stderr if stderr else sys.stdout), **kw)
+    """Rich console on stdout (stderr: for the table when stdout carries the JSON). Text from the input is escaped
+    where it is placed (errors.markup, errors.printable); the hook makes sure of it for control characters."""
+    out = Console(stderr=stderr, highlight=False, width=_width(sys.stderr if stderr else sys.stdout), **kw)
+    out.push_render_hook(_PrintableHook())
+    return out
 
 
 def fail(message: str) -> None:
     click.echo(f"attncheck: error: {printable(message)}", err=True)
+
+
+def warn(message: str) -> None:
+    click.echo(f"attncheck: warning: {printable(message)}", err=True)
 
 
 def json_text(value, level: int = 0) -> str:
@@ -44,13 +76,32 @@ def json_text(value, level: int = 0) -> str:
     return json.dumps(value)
 
 
-def write_json(doc: dict, target: str | None) -> None:
+def written(option: str, target: str, write: Callable[[], None]) -> int:
+    """EXIT_PASS once write() wrote the report, EXIT_INPUT with one line naming the file when it could not (a full
+    disk, a folder gone): the other reports are written all the same (cli/streams.py does so for stdout)."""
+    try:
+        write()
+    except OSError as e:
+        fail(f"{option} {target}: cannot write it: {e.strerror or e}")
+        return EXIT_INPUT
+    return EXIT_PASS
+
+
+def write_json(doc: dict, target: str | None) -> int:
+    """The JSON report to a file or, for '-', stdout; EXIT_INPUT when the file could not be written."""
     text = json_text(doc)
     if target == "-":
         click.echo(text)
     elif target:
-        with open(target, "w") as f:
-            f.write(text + "\n")
+        def write() -> None:
+            with open(target, "w") as f:
+                f.write(text + "\n")
+        return written("--json", target, write)
+    return EXIT_PASS
+
+
+def write_junit(tree, target: str) -> int:
+    return written("--junit", target, lambda: tree.write(target, encoding="utf-8", xml_declaration=True))
 
 
 class Number(click.ParamType):
@@ -134,12 +185,7 @@ def write_html(target: str, build) -> int:
     """Build and write the page; EXIT_INPUT with one line when it cannot be written, else EXIT_PASS."""
     from ..check.html import write_page
 
-    try:
-        write_page(target, build())
-    except OSError as e:
-        fail(f"--html {target}: cannot write it: {e.strerror or e}")
-        return EXIT_INPUT
-    return EXIT_PASS
+    return written("--html", target, lambda: write_page(target, build()))
 
 
 def vocab(model: str | None) -> list[str] | None:

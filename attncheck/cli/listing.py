@@ -4,21 +4,24 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.markup import escape
 
 from ..check.columns import NEVER, Col, dropped, extent, fit
 from ..check.report import EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
-from ..errors import DumpError, printable
-from .common import combine, console as make_console, fail, jobs_option, json_option, model_meta, write_json
+from ..errors import DumpError, markup, printable
+from .common import combine, console as make_console, fail, jobs_option, json_option, model_meta, warn, write_json
 
 COLUMNS = (Col("eval", keep=NEVER), Col("run", keep=2), Col("n_past", keep=3), Col("T", keep=4), Col("nodes", keep=1),
            Col("layer", keep=NEVER), Col("attention", "left", keep=NEVER), Col("nodes (line)", "left", keep=7),
            Col("H", keep=6), Col("H_kv", keep=5), Col("D_h", keep=5), Col("n_kv", keep=3))
 
 
-def _listed(path: str, meta: dict | None, jobs: int | None = None) -> dict:
+TABLE_EVALUATIONS = 200  # without -v or --json, the table's evaluations: the rows of more are neither kept nor shown
+
+
+def _listed(path: str, meta: dict | None, jobs: int | None = None, limit: int | None = None) -> dict:
     """One dump's evaluations, layers, runs and notes (what the table and the JSON show); with a model's header,
-    each run's token ids with their text. The dump is read in parts on `jobs` processes (check/pool.py)."""
+    each run's token ids with their text. The dump is read in parts on `jobs` processes (check/pool.py). limit: the
+    rows of the first `limit` evaluations only (all are counted), so that memory does not grow with the dump."""
     from ..arch.vocab import token_text
     from ..check.pool import Replay, gathered, jobs_default
     from ..dump.graph import read_dump
@@ -26,13 +29,16 @@ def _listed(path: str, meta: dict | None, jobs: int | None = None) -> dict:
 
     d = read_dump(path)
     replay = Replay(d.source)
-    rows, notes = [], []
+    rows, notes, evaluations = [], [], 0
     for part in gathered(d.stream, d.source, None, jobs or jobs_default(), take=listed):
-        rows += [r._asdict() for ev in replay.take(part) for r in ev.renumbered()]
+        for ev in replay.take(part):
+            evaluations += 1  # each has a row at least (listing.rows)
+            if limit is None or evaluations <= limit:
+                rows += [r._asdict() for r in ev.renumbered()]
         notes += part.notes
         if part.error is not None:
             raise part.error
-    return {"source": d.source, "evaluations": len({r["evaluation"] for r in rows}),
+    return {"source": d.source, "evaluations": evaluations,
             "rows": [{**r, "names": list(r["names"]), "lines": list(r["lines"])} for r in rows],
             "runs": [{"line": r.line, "tokens": None if r.tokens is None else list(r.tokens),
                       **({} if meta is None else {"token_text": token_text(meta, r.tokens)})} for r in replay.runs],
@@ -64,7 +70,7 @@ def _head(r: dict) -> list[str]:
 
 def _layer_cells(r: dict) -> list[str]:
     """The cells of one layer (or SOFT_MAX that is not attention): layer, attention, its nodes at their lines, shape."""
-    named = "\n".join(escape(printable(f"{n} ({line})")) for n, line in zip(r["names"], r["lines"]))
+    named = "\n".join(markup(f"{n} ({line})") for n, line in zip(r["names"], r["lines"]))
     return ["" if r["layer"] is None else str(r["layer"]), r["kind"], named,
             *("" if r[k] is None else str(r[k]) for k in ("H", "H_kv", "D_h", "n_kv"))]
 
@@ -93,7 +99,7 @@ def _table_rows(doc: dict, verbose: bool) -> tuple[list[list[str]], int]:
 def _table(doc: dict, width: int | None, verbose: bool = False):
     """The dump's table, fit to `width`, and how many evaluations it shows on one row."""
     rows, repeats = _table_rows(doc, verbose)
-    return fit(COLUMNS, rows, width, title=escape(doc["source"]), title_justify="left"), repeats
+    return fit(COLUMNS, rows, width, title=markup(doc["source"]), title_justify="left"), repeats
 
 
 def _repeats_note(repeats: int) -> str:
@@ -119,7 +125,7 @@ def list_(dumps, json_out, model, verbose, jobs):
     docs, codes = [], []
     for path in dumps or ("-",):
         try:
-            doc = _listed(path, meta, jobs)
+            doc = _listed(path, meta, jobs, None if json_out or verbose else TABLE_EVALUATIONS)
         except DumpError as e:
             fail(str(e))
             codes.append(EXIT_INPUT)
@@ -131,6 +137,10 @@ def list_(dumps, json_out, model, verbose, jobs):
             console.print(table)
             if repeats:
                 console.print(_repeats_note(repeats))
+            shown_evs = len({r["evaluation"] for r in doc["rows"]})
+            if shown_evs < doc["evaluations"]:
+                console.print(f"[dim]the first {shown_evs} of {doc['evaluations']} evaluations (-v or --json lists "
+                              "every one)[/]")
             gone = dropped(table, COLUMNS)
             if gone:
                 console.print(f"[dim]columns left out for the terminal's width: {', '.join(gone)} (--json has "
@@ -140,12 +150,12 @@ def list_(dumps, json_out, model, verbose, jobs):
                 if r.get("token_text") is not None:
                     ids = f"{len(r['tokens'])} tokens " + "  ".join(
                         f"{i} {shown(t)}" for i, t in zip(r["tokens"], r["token_text"]))
-                console.print(f"run at line {r['line']}: {ids}", markup=False)
+                console.print(printable(f"run at line {r['line']}: {ids}"), markup=False)
         for w in doc["warnings"]:  # as `check` writes them: stderr, one visible line each
-            click.echo(f"attncheck: warning: {w}", err=True)
+            warn(w)
     if json_out:
         from .. import __version__
 
-        write_json({"schema": 1, "tool": "attncheck", "command": "list", "version": __version__, "dumps": docs},
-                   json_out)
+        codes.append(write_json({"schema": 1, "tool": "attncheck", "command": "list", "version": __version__,
+                                 "dumps": docs}, json_out))
     sys.exit(combine(codes))

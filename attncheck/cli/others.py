@@ -5,12 +5,12 @@ import os
 import sys
 
 import click
-from rich.console import Console
 
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..errors import DumpError, ModelError
-from .common import (SCALE, TOLERANCE, console as make_console, fail, html_option, jobs_option, json_option,
-                     junit_option, tokens as parse_tokens, vocab, write_html, write_json)
+from .common import (SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option, json_option,
+                     junit_option, tokens as parse_tokens, vocab, warn, write_html, write_json,
+                     write_junit)
 
 
 @click.command(name="inspect")
@@ -54,24 +54,24 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, to
         fail(f"{dump}: internal error ({type(e).__name__}: {e}); please report it with the dump")
         sys.exit(EXIT_INPUT)
     if json_out != "-":
-        console = make_console()
-        if os.environ.get("NO_COLOR"):  # no escapes at all: shades and numbers carry the heatmap
-            console = Console(highlight=False, width=console.width, color_system=None)
+        # under NO_COLOR, no escapes at all: shades and numbers carry the heatmap
+        console = make_console(**({"color_system": None} if os.environ.get("NO_COLOR") else {}))
         render_walk(w, console)
         if mw is not None:
             from ..inspect.render_model import render_model_walk
 
             render_model_walk(w, mw, console)
+    codes = [EXIT_PASS if w.passed and (mw is None or mw.passed) else EXIT_FAIL]
     if json_out:
         doc = walk_dict(w)
         if mw is not None:
             from ..inspect.render_model import model_walk_dict
 
             doc["model"] = model_walk_dict(mw)
-        write_json(doc, json_out)
-    if page is not None and write_html(html_out, lambda: page) != EXIT_PASS:
-        sys.exit(EXIT_INPUT)
-    sys.exit(EXIT_PASS if w.passed and (mw is None or mw.passed) else EXIT_FAIL)
+        codes.append(write_json(doc, json_out))
+    if page is not None:
+        codes.append(write_html(html_out, lambda: page))
+    sys.exit(combine(codes))
 
 
 def _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, model, tokens) -> None:
@@ -89,9 +89,8 @@ def _inspect_flash(dump, layer, head, query, evaluation, kq_scale, json_out, mod
         sys.exit(EXIT_INPUT)
     if json_out != "-":
         render_flash(f, mw, make_console())
-    if json_out:
-        write_json(flash_dict(f, mw), json_out)
-    sys.exit(EXIT_PASS if mw.passed else EXIT_FAIL)
+    code = write_json(flash_dict(f, mw), json_out) if json_out else EXIT_PASS
+    sys.exit(combine([EXIT_PASS if mw.passed else EXIT_FAIL, code]))
 
 
 @click.command(name="diff")
@@ -115,7 +114,6 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
     """Compare two dumps of one model and prompt node by node (an old and a new llama.cpp build), and check each as
     `check` does: drift between correct builds (PASS, exit 0), or a regression (FAIL, exit 1): NEW fails check, or
     a node is beyond the drift. --exact compares at print precision."""
-    from ..check.junit import write
     from ..diff.compare import ATOL, EXACT, RTOL, DiffReport, Tolerance, diff
     from ..diff.junit import diff_xml
     from ..diff.render import diff_dict, render_diff
@@ -144,19 +142,19 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
                 else f"internal error ({type(e).__name__}: {e}); please report it")
         rep = DiffReport(old, new, prefix, tol, error=what)
     for w in rep.warnings:
-        click.echo(f"attncheck: warning: {w}", err=True)
+        warn(w)
     if rep.error:
         fail(f"{old} vs {new}: {rep.error}")
     elif rep.new_side is not None and rep.new_side.error:
         fail(rep.new_side.error)
     render_diff(rep, make_console(stderr=json_out == "-"), quiet=quiet, verbose=verbose)
+    codes = [rep.exit_code]
     if json_out:
-        write_json(diff_dict(rep), json_out)
+        codes.append(write_json(diff_dict(rep), json_out))
     if junit:
-        write(diff_xml(rep), junit)
+        codes.append(write_junit(diff_xml(rep), junit))
     if html_out:
         from ..diff.html import diff_page
 
-        if write_html(html_out, lambda: diff_page(rep)) != EXIT_PASS:
-            sys.exit(EXIT_INPUT)
-    sys.exit(rep.exit_code)
+        codes.append(write_html(html_out, lambda: diff_page(rep)))
+    sys.exit(combine(codes))

@@ -20,6 +20,7 @@ from ..dump.graph import Dump, Evaluation, read_dump
 from ..dump.records import Node
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..dump.roles import assign
+from ..model.identity import same_model
 from ..dump.sample import parse_sample
 from .drift import DriftModel, Unit, cache_types, elementwise, roundings
 from .measure import measure, store_scales, sum_diff
@@ -173,7 +174,7 @@ def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool
                 pairs.only([Unmatched(one.index, one.run, side, roles.role(n), n.ref) for n in one.nodes])
                 rep.warnings.append(f"evaluation {one.index} (run {one.run}) is in {side.upper()} only")
                 continue
-            rep.error = _same_inputs(rep, ea, eb)
+            rep.error = _same_inputs(rep, ea, eb) or same_model(ea, eb, da.source, db.source)
             if rep.error:
                 break
             rep.evaluations += 1

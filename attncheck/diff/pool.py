@@ -10,7 +10,7 @@ import pickle
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 
-from ..check.pool import fork_context
+from ..check.pool import end_pool, worker_pool
 from ..dump.graph import Evaluation
 from .compare import DiffReport, _diff_evaluation
 from .nodes import NodeDiff, Unmatched
@@ -36,7 +36,7 @@ class Pairs:
 
     def __enter__(self) -> "Pairs":
         if self.jobs > 1:
-            self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=fork_context())
+            self.pool = worker_pool(self.jobs)
             self.pool.submit(int).result()  # fork the workers now, while this process holds no dump: less to copy
         return self
 
@@ -46,7 +46,7 @@ class Pairs:
                 self._drain(0)  # a worker's error comes before whatever stopped the reading after its pair
         finally:
             if self.pool is not None:
-                self.pool.shutdown(cancel_futures=True)
+                end_pool(self.pool, interrupted=kind is not None and not issubclass(kind, Exception))
 
     def diff(self, ea: Evaluation, eb: Evaluation) -> None:
         rep = self.rep

@@ -4,10 +4,10 @@ from __future__ import annotations
 import math
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from .compare import NMSE_MAX, NMSE_OTHER, DiffReport, NodeDiff
+from ..errors import markup as escape, printable
 from ..check.columns import NEVER, Col, fit
 from .drift import MEAN_FACTOR, MEAN_ROLES, SOFTMAX_FACTOR
 from .mean import WEIGHTED_MEANS, weighted_mean
@@ -212,25 +212,25 @@ def render_diff(rep: DiffReport, console: Console, *, quiet: bool = False, verbo
         if skipped and not verbose:
             console.print(f"[dim]{skipped} matched nodes not compared (-v lists them and why)[/]")
     for line in filter(None, (tolerance_line(rep), prompt_line(rep))):
-        console.print(f"[dim]{line}[/]", highlight=False)
+        console.print(f"[dim]{escape(line)}[/]", highlight=False)
     if rep.reference is not None:
         from .reference import reference_lines
 
         for line in reference_lines(rep.reference):
-            console.print(line, highlight=False, soft_wrap=True, markup=False)
+            console.print(printable(line), highlight=False, soft_wrap=True, markup=False)
     limit = None if verbose else LIST_LIMIT
     drift = rep.model is not None and not verbose  # two builds' graphs differ: nodes of one dump only are expected
     if drift and rep.only and not quiet:
         console.print(f"[dim]{len(rep.only)} nodes in one dump only, where the builds' graphs differ (-v lists "
                       "them)[/]")
     for u in [] if quiet or drift else rep.only[:limit]:
-        console.print(f"only in {u.side.upper()}: eval {u.evaluation} {u.role.group} {u.role.name} "
-                      f"'{u.node.name}' (line {u.node.line}, {u.node.op})", style="yellow", markup=False,
+        console.print(printable(f"only in {u.side.upper()}: eval {u.evaluation} {u.role.group} {u.role.name} "
+                                f"'{u.node.name}' (line {u.node.line}, {u.node.op})"), style="yellow", markup=False,
                       highlight=False, soft_wrap=True)
     if limit is not None and len(rep.only) > limit and not quiet and not drift:
         console.print(f"[yellow]... and {len(rep.only) - limit} more nodes in one dump only (-v or --json)[/]")
     for nd in rep.diverged[:limit]:
-        console.print(divergence_line(nd, rep.tolerance.nmse), style="red", markup=False, highlight=False,
+        console.print(printable(divergence_line(nd, rep.tolerance.nmse)), style="red", markup=False, highlight=False,
                       soft_wrap=True)
     if limit is not None and len(rep.diverged) > limit:
         console.print(f"... and {len(rep.diverged) - limit} more divergent nodes (-v or --json lists them all)",
@@ -238,9 +238,9 @@ def render_diff(rep: DiffReport, console: Console, *, quiet: bool = False, verbo
     for side in rep.sides or ():  # what check says of each side, as check says it
         style = "red" if side.name == "NEW" else "yellow"
         for line in side.failures(10 if limit is not None else None):
-            console.print(f"{side.name}: {line}", style=style, markup=False, highlight=False, soft_wrap=True)
+            console.print(printable(f"{side.name}: {line}"), style=style, markup=False, highlight=False, soft_wrap=True)
     style = {EXIT_PASS: "bold green", EXIT_FAIL: "bold red"}.get(rep.exit_code, "bold yellow")
-    console.print(verdict(rep), style=style, markup=False, highlight=False, soft_wrap=True)
+    console.print(printable(verdict(rep)), style=style, markup=False, highlight=False, soft_wrap=True)
 
 
 

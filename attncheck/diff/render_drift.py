@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.markup import escape
 
 from ..check.columns import NEVER, Col, fit
+from ..errors import markup as escape
 from .compare import DiffReport, NodeDiff
 
 

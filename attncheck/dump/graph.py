@@ -22,6 +22,11 @@ _LAYOUT = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT", "CPY"}  # ops that
 # layers with these ops and no SOFT_MAX have attention of another kind (hybrid models: Mamba, RWKV, delta-net)
 RECURRENT_OPS = ("GATED_DELTA_NET", "GATED_LINEAR_ATTN", "RWKV_WKV7", "RWKV_WKV6", "SSM_SCAN", "SSM_CONV")
 _LAYER = re.compile(r"-(\d+)(?:\s|$)")
+# An evaluation's nodes are held until it ends (its graph is resolved then). llama.cpp's graph holds at most
+# max(1024, 8·n_tensors) nodes for most architectures, max(40·n_tokens, 32·n_tensors) or max(160·n_tokens,
+# 64·n_tensors) for the largest (src/llama-context.cpp, graph_max_nodes): 2^19 is 65,536 tensors, or a ubatch of 3,276
+# tokens of the largest. Each node held costs about 1.3 KB, so an evaluation costs at most ~700 MB.
+MAX_NODES = 1 << 19
 
 
 @dataclass(eq=False)
@@ -335,6 +340,11 @@ class Dump:
                            None if s1 is None else latest.source(node, 1))
             latest.add(node)
             current.nodes.append(node)
+            if len(current.nodes) > MAX_NODES:  # every node is held until its evaluation ends: memory has a ceiling
+                raise DumpError(self.source, node.line, f"an evaluation of more than {MAX_NODES:,} nodes (from line "
+                                                        f"{current.nodes[0].line}): more than llama.cpp's graph holds "
+                                                        "for a model and ubatch a CPU runs (was an evaluation's start "
+                                                        "lost?)")
             if node.cut and not self.final:  # a part ends between nodes: a node that does not end whole is damage
                 node.cut = False
             if node.cut:

@@ -9,6 +9,7 @@ in blocks, so memory holds a few parts at most.
 """
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import re
@@ -18,6 +19,7 @@ import numpy as np
 
 PART = 2 << 20  # bytes: big enough that a part's work dwarfs sending it to a worker
 BLOCK = 8 << 20
+HOLD = 16 << 20  # bytes of a stream held while no evaluation start to cut at comes
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)  # Linux, macOS; elsewhere the map's pages stay until it closes
 _FIRST_HEADER = re.compile(rb"(?m)^[^\n]*?_debug(?:_cb_eval)?: [^\n]*$")
 # a header up to its first source's ne: `...: name = (type)    OP(src0{ne}`
@@ -25,23 +27,65 @@ _HEAD = re.compile(rb"^(.*? = \([^()\s]+\) *[A-Z0-9_]+\([^{\n]*\{[-\d, ]+\})")
 
 
 class Part(NamedTuple):
-    data: bytes | None  # the text, or None when it is `span` of the file at `path`
+    data: bytes | None  # the text, or None when it is `span` of the file at `path` (or the rest of `stream`)
     first_line: int  # the line the part's first byte is on
     final: bool  # the dump's last part
     path: str | None = None
     span: tuple[int, int] = (0, 0)  # [start, end) in bytes
+    stream: BinaryIO | None = None  # the rest of a stream that could not be cut (read in this process)
 
     @property
     def size(self) -> int:
         return len(self.data) if self.data is not None else self.span[1] - self.span[0]
 
     def text(self) -> bytes:
-        """The part's bytes (read from the file when the part is a span of it)."""
+        """The part's bytes, whole."""
+        return self.reader().read()
+
+    def reader(self) -> BinaryIO:
+        """The part's bytes as a stream, read as scanning goes (a span of a file is not read whole)."""
+        if self.stream is not None:
+            return self.stream
         if self.data is not None:
-            return self.data
-        with open(self.path, "rb") as f:  # type: ignore[arg-type]
-            f.seek(self.span[0])
-            return f.read(self.span[1] - self.span[0])
+            return io.BytesIO(self.data)
+        return _Span(self.path, *self.span)  # type: ignore[arg-type]
+
+
+class _Span(io.RawIOBase):
+    """[start, end) of a file, read in the sizes asked for."""
+
+    def __init__(self, path: str, start: int, end: int):
+        self._f = open(path, "rb")
+        self._f.seek(start)
+        self._left = end - start
+
+    def read(self, n: int = -1) -> bytes:
+        if self._f.closed:
+            return b""
+        n = self._left if n < 0 else min(n, self._left)
+        data = self._f.read(n)
+        self._left -= len(data)
+        if not data or not self._left:
+            self._f.close()
+        return data
+
+
+class _Chain(io.RawIOBase):
+    """Bytes already read, then the rest of a stream."""
+
+    def __init__(self, head: bytes, rest: BinaryIO):
+        self._head, self._at, self._rest = head, 0, rest
+
+    def read(self, n: int = -1) -> bytes:
+        if self._at < len(self._head):
+            end = len(self._head) if n < 0 else self._at + n
+            out = self._head[self._at:end]
+            self._at += len(out)
+            if self._at >= len(self._head):
+                self._head = b""
+                self._at = 0
+            return out
+        return self._rest.read(n)
 
 
 def start_of_graph(block: bytes) -> bytes | None:
@@ -127,4 +171,7 @@ def _stream_parts(stream: BinaryIO, size: int) -> Iterator[Part]:
             buf, floor = buf[cut:], 0
         if not block:
             yield Part(buf, line, True)
+            return
+        if len(buf) > HOLD:  # no evaluation starts in sight (a log without a dump, an evaluation past all sizes):
+            yield Part(None, line, True, stream=_Chain(buf, stream))  # the rest is read as it comes, in this process
             return

@@ -18,6 +18,20 @@ from ..errors import DumpError
 
 PREFIXES = (b"common_debug_cb_eval", b"ggml_debug")
 CHUNK = 8 << 20
+# What llama.cpp can print bounds what is held of a line and of the text between two headers. Its longest line is a
+# header, under 512 bytes (common/debug.cpp: names of at most 63 bytes, GGML_MAX_NAME; src1 printed into 128 bytes;
+# four int64 ne); a printed row holds at most 7 values of at most 47 characters (a float's %12.4f). A line of a
+# mebibyte is no line of llama.cpp's, nor of any log beside it: an error at its line. A header of more than
+# MAX_HEADER bytes is damage (its regex is not run on it).
+MAX_LINE = 1 << 20
+MAX_HEADER = 1024
+LONG_LINE = (f"a line of more than {MAX_LINE >> 20} MiB: llama.cpp prints none longer than a header (under 512 bytes), "
+             "nor does any log beside it")
+# The text between two headers is the first node's print and log lines (the next run's start-up, other programs' output
+# in a CI log). Past GAP bytes of it, the node's print is kept, what a run start needs is read from the rest, and the
+# rest is dropped: memory holds a few chunks whatever the log holds.
+GAP = 16 << 20
+_SUM_LINE = re.compile(rb"(?m)^[ \t]+sum = [^\n]*\n")
 
 # `%s: %24s = (%s) %10s(%s, %s}) = {%s}`: the literal `_debug...: ` lets the regex engine skip ahead fast.
 _HEADER_AT = re.compile(rb"_debug(?:_cb_eval)?: ([^\n]*)")
@@ -26,8 +40,9 @@ _HEADER = re.compile(
 )
 _DAMAGED_NAME = re.compile(r"(.*?) = \(")  # a damaged header may still say whose it was
 _SRC = re.compile(r"(?P<name>.*?)\{(?P<ne>[-\d, ]+)\}$")
-_TOKENS = re.compile(rb"number of input tokens = (\d+)[^\n]*\n")
-_TOKEN_ID = re.compile(rb"[^\n]*?\s(\d+)[ \t\r]*\n")
+# a count is a size_t (at most 20 digits), a token id an int32 (10): more digits are no count or id llama.cpp printed
+_TOKENS = re.compile(rb"number of input tokens = (\d{1,20})(?!\d)[^\n]*\n")
+_TOKEN_ID = re.compile(rb"[^\n]*?\s(\d{1,10})[ \t\r]*\n")
 _PRINTED_LINE = re.compile(rb"(?m)^[ \t]+(?:\[|\]|sum = )")  # a line of a printed tensor (log lines start in column 0)
 
 
@@ -164,6 +179,9 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
     first = first_line == 1  # only the dump's own start can be a GGUF file or carry a BOM
     pending: tuple | None = None  # the header waiting for its body: (name, type, op, srcs, ne, line, body_line)
     seen_header = False
+    held = b""  # the pending node's print, when the text after it grew past GAP and was dropped
+    held_runs: list[RunStart] = []  # the run start read from the dropped text
+    noted = False  # printed values before the first header were noted
     while True:
         chunk = stream.read(CHUNK)
         if on_read is not None:
@@ -182,20 +200,26 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
         pos = 0  # start of the text not yet given to a node
         matches = list(_HEADER_AT.finditer(buf, 0, end))
         starts = [buf.rfind(b"\n", 0, m.start()) + 1 for m in matches]  # each header's line start
+        long = _long_line(buf, end)
+        if long is not None:
+            raise DumpError(source, line + buf.count(b"\n", 0, long), LONG_LINE)
         lines = _lines_at(buf, end, starts, line)
         for m, start, header_line in zip(matches, starts, lines):
             if start < pos:  # a second prefix on a header's own line: not a header of its own
                 continue
             body = buf[pos:start]
             if pending is not None:  # the node before the gap ends there: a run starting in the gap comes after it
-                yield _node(pending, body)
-            elif not seen_header and (hit := _PRINTED_LINE.search(body)):
+                yield _node(pending, held + body)
+            elif not seen_header and not noted and (hit := _PRINTED_LINE.search(body)):
                 yield Note(line + body.count(b"\n", 0, hit.start()), "printed values before the first header "
                                                                      "(the header line lost?)")
-            if runs_here:
+            if held_runs:
+                yield from held_runs
+            elif runs_here:
                 yield from _tokens(body, line, source)
+            held, held_runs = b"", []
             line, pos = header_line + 1, m.end() + 1
-            parsed = _parse_header_at(m.group(1))
+            parsed = _parse_header_at(m.group(1)) if len(m.group(1)) <= MAX_HEADER else None
             if parsed is None:
                 named = _DAMAGED_NAME.match(m.group(1).decode("utf-8", "replace"))
                 yield Note(header_line, "damaged header line (interleaved output?): skipped with its body",
@@ -211,12 +235,28 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
             pending = parsed + (header_line, line)
         carry = buf[pos:]
         if not eof:
+            last = carry.rfind(b"\n") + 1
+            if len(carry) - last > MAX_LINE:  # a line not ended yet: held no further
+                raise DumpError(source, line + carry.count(b"\n", 0, last), LONG_LINE)
+            if len(carry) > GAP:
+                keep = 0 if pending is None or held else _print_end(carry, last, pending)
+                held += carry[:keep]
+                at = line + carry.count(b"\n", 0, keep)  # the dropped text, carry[keep:last], starts on this line
+                if not seen_header and not noted and carry.find(b"[", keep, last) >= 0 and (
+                        hit := _PRINTED_LINE.search(carry, keep, last)):
+                    noted = True
+                    yield Note(at + carry.count(b"\n", keep, hit.start()), "printed values before the first header "
+                                                                           "(the header line lost?)")
+                if not any(r.tokens for r in held_runs) and any(  # a run's token ids outrank a bare system_info line
+                        carry.find(key, keep, last) >= 0 for key in (b"system_info:", b"number of input tokens")):
+                    held_runs = list(_tokens(carry[keep:last], at, source)) or held_runs
+                line, carry = at + carry.count(b"\n", keep, last), carry[last:]
             continue
         if pending is not None:
-            node = _node(pending, carry)
-            node.cut = not _ends_whole(carry, node.quantized)
+            node = _node(pending, held + carry)
+            node.cut = not _ends_whole(held + carry, node.quantized)
             yield node
-        yield from _tokens(carry, line, source)
+        yield from held_runs or _tokens(carry, line, source)
         if not seen_header:
             if not buf.strip():
                 raise DumpError(source, None, "empty input: no llama.cpp tensor dump")
@@ -226,6 +266,31 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
                 "run llama-eval-callback and pipe its output with 2>&1",
             )
         return
+
+
+def _print_end(text: bytes, end: int, pending: tuple) -> int:
+    """How much of a node's text is its print: up to its last `sum = ` line (one per i3 block), all of text[:end]
+    when fewer are there (a print beyond GAP is damage, and stays so), nothing for a quantized node."""
+    node = _node(pending, b"")
+    if node.quantized:
+        return 0
+    for k, m in enumerate(_SUM_LINE.finditer(text, 0, end), 1):
+        if k >= node.ne[3]:
+            return m.end()
+    return end
+
+
+def _long_line(buf: bytes, end: int) -> int | None:
+    """Where the first line of buf[:end] longer than MAX_LINE starts (buf starts at a line start), or None: from a
+    line start, the last newline within MAX_LINE + 1 bytes is the next place to look from, so the search takes a few
+    finds per mebibyte, in C."""
+    p = 0
+    while end - p > MAX_LINE:
+        q = buf.rfind(b"\n", p, p + MAX_LINE + 1)
+        if q < 0:
+            return p
+        p = q + 1
+    return None
 
 
 def _lines_at(buf: bytes, end: int, starts: list[int], line: int) -> list[int]:
@@ -251,12 +316,24 @@ def _ends_whole(body: bytes, quantized: bool) -> bool:
     return last.strip().startswith(b"sum = ")
 
 
+def _log_find(text: bytes, key: bytes) -> int:
+    """Where `key` first stands in a log line (one that does not start with a blank: printed rows always do, so
+    the same words inside a damaged row start no run), or -1."""
+    at = text.find(key)
+    while at >= 0:
+        start = text.rfind(b"\n", 0, at) + 1
+        if text[start:start + 1] not in (b" ", b"\t"):
+            return at
+        at = text.find(key, at + 1)
+    return at
+
+
 def _tokens(text: bytes, line: int, source: str) -> Iterator[RunStart]:
     """A run starts where llama.cpp's start-up log sits between nodes: `system_info:` (both formats) and, today,
     `number of input tokens = N` followed by one id per line. One RunStart per gap between nodes."""
-    at_info = text.find(b"system_info:")
-    at = text.find(b"number of input tokens")
-    kv = text.find(b"llama_model_loader: - kv")
+    at_info = _log_find(text, b"system_info:")
+    at = _log_find(text, b"number of input tokens")
+    kv = _log_find(text, b"llama_model_loader: - kv")
     header = None
     if kv >= 0:
         header = parse_log_header(text[kv:].decode("utf-8", "replace"), line + text.count(b"\n", 0, kv))

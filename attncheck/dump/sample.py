@@ -18,12 +18,17 @@ from .records import Node
 EDGE = 3  # llama.cpp prints the first and last EDGE indices of a long dimension
 CUT_ADVICE = "llama.cpp's logger can lose the tail of its output at exit: run it again"
 
-_SKELETON = re.compile(rb"\s+|-?(?:\d+\.\d{4}(?:\d\d)?|nan|inf)")  # what is left of a line without numbers and spaces
+# A value is printed from a float (common/debug.cpp converts every type to float before `%12.4f`, and sums a float
+# for `sum = %f`), so its integer part has at most 39 digits (FLT_MAX = 3.4e38): a longer run of digits is damage,
+# and the bound keeps these regexes linear on a line of a million digits (an unbounded `\d+` backtracks through the
+# run at every position of it). The look-behind starts a number only where a run of digits starts.
+_DIGITS = rb"(?<!\d)-?(?:\d{1,39}\.\d{4}(?:\d\d)?|nan|inf)"
+_SKELETON = re.compile(rb"\s+|" + _DIGITS)  # what is left of a line without numbers and spaces
 _NUMBER_CHARS = b"0123456789.-naif \t\r\n"  # deleted for the fast skeleton: digits, nan, inf, spaces
 _BUT_DOTS = _NUMBER_CHARS.replace(b".", b"")  # deleted for the dotted skeleton: a finite number leaves its '.'
 _PUNCT = bytes.maketrans(b"[],=", b"    ")
 # every printed word: `%12.4f` values (4 decimals) and `%f` sums (6), or the non-finite spellings
-_PRINTED_VALUES = re.compile(rb"(?:-?(?:\d+\.\d{4}(?:\d\d)?|nan|inf) )*")
+_PRINTED_VALUES = re.compile(rb"(?:" + _DIGITS + rb" )*")
 _FOREIGN_LINE = re.compile(rb"(?m)^[^\s\n][^\n]*(?:\n|$)")  # log lines start in column 0; printed lines never do
 
 

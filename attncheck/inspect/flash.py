@@ -10,13 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.panel import Panel
 
 from ..check.heads import kv_head
 from ..dump.graph import Dump, _layer_of, read_dump
 from ..dump.sample import parse_sample
-from ..errors import DumpError
+from ..errors import DumpError, markup as escape
 from .model_walk import FullRow, ModelWalk
 from .render_model import model_walk_dict, render_model_walk
 from .walk import span

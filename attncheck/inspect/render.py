@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 from rich import box
 from rich.console import Console, Group
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -17,6 +16,7 @@ from .. import __version__
 from ..arch.vocab import shown
 from ..check.columns import NEVER, Col, dropped, fit, fits
 from ..check.mask import OUTSIDE_WINDOW, REASONS, VISIBLE
+from ..errors import markup as escape, printable
 from .walk import HeadWalk, Rows, span
 
 SCHEMA = 1
@@ -117,7 +117,7 @@ def _titled(title: str, rows: _Rows, width: int | None, *after) -> Group:
     table = rows.table(width)
     gone = dropped(table, rows.cols)
     note = [Text(f"columns left out for the terminal's width: {', '.join(gone)} (--json has them)", style="dim")]
-    return Group(Text(title, style="bold"), table, *after, *(note if gone else []))
+    return Group(Text(printable(title), style="bold"), table, *after, *(note if gone else []))
 
 
 def shape_table(w: HeadWalk, width: int | None = None) -> Group:
@@ -314,17 +314,17 @@ def render_walk(w: HeadWalk, console: Console) -> None:
                   f"{len(w.K_h.cols) if w.K_h is not None else 0}: raw scores are shown as dumped, not recomputed",
                   style="dim")
     console.print(scores_table(w, width))
-    console.print(mask_line(w), style="dim")
+    console.print(escape(mask_line(w)), style="dim")
     if w.row.why_not:
-        console.print(f"softmax: {w.row.why_not}", style="yellow")
+        console.print(f"softmax: {escape(w.row.why_not)}", style="yellow")
     table = weighted_table(w, width)
     if table is not None:
         console.print(table)
     else:
-        console.print(f"weighted sum not recomputed: {w.weighted_why_not}", style="yellow")
+        console.print(f"weighted sum not recomputed: {escape(w.weighted_why_not)}", style="yellow")
     console.print(heatmap(w, width))
     for note in w.notes:
-        console.print(f"note: {note}", style="yellow")
+        console.print(f"note: {escape(note)}", style="yellow")
     console.print(verdict(w))
 
 

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 from rich.console import Console, Group
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from ..check.columns import NEVER, Col, fit
 from ..results import describe, json_number
+from ..errors import markup as escape, printable
 from .walk import HeadWalk
 from .model_walk import FullRow, ModelWalk
 
@@ -25,7 +25,7 @@ def rows_table(w: HeadWalk, mw: ModelWalk, a: FullRow, b: FullRow, axis: str, wi
              _cell(b.dumped[i])] for i in range(len(a.index))]
     what = (f"q_{w.query} and kqv_{w.query} of head {w.head}, all D_h = {len(a.index)} dims"
             if axis == "dim" else f"scores and weights of query {w.query} over all {len(a.index)} visible slots")
-    return Group(Text(f"From the model: {what} (· not printed)", style="bold"), fit(cols, rows, width))
+    return Group(Text(printable(f"From the model: {what} (· not printed)"), style="bold"), fit(cols, rows, width))
 
 
 def checks_table(mw: ModelWalk, width: int | None = None) -> Table:

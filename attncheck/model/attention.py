@@ -36,10 +36,12 @@ class Cache:
     v_rot: int = 0
 
     @staticmethod
-    def of(k_type: str, v_type: str, d_k: int, d_v: int) -> "Cache":
+    def of(k_type: str, v_type: str, d_k: int, d_v: int, rotates: bool = True) -> "Cache":
         """llama.cpp's rule: K is rotated when its type is quantized and D_k % 64 == 0 (by the largest power of two
-        dividing D_k), V likewise by 64."""
+        dividing D_k), V likewise by 64; builds before the rotation (2024's) never rotate (rotates False)."""
         k_rot = 0
+        if not rotates:
+            return Cache(k_type, v_type, 0, 0)
         if k_type in QUANTIZED and d_k % 64 == 0:
             k_rot = 64
             while d_k % (k_rot * 2) == 0:
@@ -112,7 +114,11 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hp: Hparams, layer: i
     mins = None if k_mins is None else np.repeat(k_mins.transpose(1, 0, 2), group, axis=0)
     kq = matmul.dot(q.transpose(1, 0, 2), kh, k_fmt, mins)  # [H, T, T]
     out["kq"] = kq
-    scores = blocks.softcap(kq, hp.softcap) if hp.softcap else kq
+    scores = kq
+    if hp.softcap:  # blocks.softcap node by node: SCALE(1/cap), TANH, SCALE(cap)
+        out["kq_scores@scaled"] = blocks.scale(kq, float(F32(1) / F32(hp.softcap)))
+        out["kq_scores@tanh"] = np.tanh(out["kq_scores@scaled"]).astype(F32)
+        scores = blocks.scale(out["kq_scores@tanh"], hp.softcap)
     out["kq_scores"] = scores
     p = softmax(scores, _mask(t, hp, layer)[None], hp.kq_scale)
     out["kq_soft_max"] = p

@@ -10,7 +10,9 @@ import numpy as np
 from .. import precision
 from ..dump.sample import Sample, parse_sample, row_line
 from ..results import CheckResult, Failure, Location, compare, compare_value, located
-from .bounds import F32_REL, FLIP_EXPECTED, FLIP_SHARE, NMSE_MAX, PRINT, TAU, node_class, regime
+from .bounds import F32_REL, NMSE_MAX, PRINT, cascade, node_class
+from .layer0 import poisson_bound
+from .grid import coords
 from .node_expectation import Expectation, expectation
 from .mapping import KV_QUANTITIES, Layer, Mapped
 from .runs import Run
@@ -37,27 +39,32 @@ class NodeComparison:
     """Compares mapped nodes with the reference of their run; records each node in the summary."""
 
     source: str
-    activations: str  # what the model's weight MUL_MATs do to their inputs: "8-bit" or "float" (bounds.TAU)
+    activations: str  # what the model's weight MUL_MATs do to their inputs: "8-bit" or "float" (bounds.CASCADE)
     heads: frozenset[int] | None
     summary: Summary
 
-    def check(self, evaluation: int, L: Layer, m: Mapped, run: Run, n_past: int, T: int) -> list[CheckResult]:
+    def check(self, evaluation: int, L: Layer, m: Mapped, run: Run, n_past: int, T: int, s: Sample | None = None,
+              position: int | None = None) -> list[CheckResult]:
+        """The node's element checks and its `sum` against run.expected; s: its printed sample (parsed here when
+        None), position: checker.py's position_after_matmul of a rows node."""
         node = m.node
-        s = parse_sample(node, self.source)
-        e = expectation(run.expected, L, m, n_past, T, tuple(s.index[1:]))  # type: ignore[arg-type]
+        s = s if s is not None else parse_sample(node, self.source)
+        e = expectation(run.expected, L, m, n_past, T, tuple(s.index[1:]), position)  # type: ignore[arg-type]
         if e is None:
-            self.summary.skipped.append(f"{node.name} (line {node.line}): its ne does not fit the reference")
             return []
         keep = self._head_mask(m, s, L)
         exp = run.expected
-        reg, cls = regime(self.activations, exp.kv_type, exp.v_type), node_class(m.quantity, m.role)  # type: ignore
-        tau, nmse_cap = TAU[reg][cls], (NMSE_MAX if e.derived else math.inf)
+        cls = node_class(m.quantity, m.role)
+        limits = cascade(self.activations, exp.kv_type, exp.v_type, cls, m.ref_layer,  # type: ignore[arg-type]
+                         exp.ref.hparams.n_layer)
+        nmse_cap = NMSE_MAX if e.derived else math.inf
         got, want = s.values[0][keep], e.want[keep]
         base = PRINT + F32_REL * np.abs(want) + e.extra[keep]
         err = np.abs(got - want)
         with np.errstate(invalid="ignore"):
             beyond = int(np.count_nonzero(~(err <= base)))
-        bound, note = self._bound(e, keep, want, base, beyond, len(got), tau)
+        z = None if e.derived else self._excess(e, keep, err, base)
+        bound, note = self._bound(e, keep, base, beyond, len(got), z, limits)
         if m.role in ("kq", "kq_soft_max", "flash_attn") and m.quantity in ("kq", "kq_soft_max", "kqv"):
             self.summary.cover(m.role, s.values[0].shape, keep, m.labels)
         res = compare(check_name(m), node, got, want, bound, self._locator(m, s, np.nonzero(keep), L, n_past, T),
@@ -67,51 +74,60 @@ class NodeComparison:
             res.note = f"{res.note}; {e.note}" if res.note else e.note
         if len(got) < s.values[0].size:
             res.unchecked, res.why_unchecked = s.values[0].size - len(got), "not of the --head heads"
-        self._nmse(res, err, want, nmse_cap)
-        self.summary.note(evaluation, L.layer, node, res, e.model, beyond, self._tau_needed(e, keep, err, base, want))
+        self._nmse(res, err, want, nmse_cap, np.maximum(err - PRINT, 0.0))
+        self.summary.note(evaluation, L.layer, node, res, e.model, beyond, z, cls, m.ref_layer,
+                          float(np.median(bound)) if np.size(bound) else 0.0,
+                          float(np.sqrt(np.mean(want**2))) if want.size else 0.0)
         out = [res]
-        total = self._sum(node, s, e, bound, run, tau) if self.heads is None and e.whole is not None else None
+        total = self._sum(node, s, e, bound, run, limits[1]) if self.heads is None and e.whole is not None else None
         return out + ([total] if total is not None else [])
 
     @staticmethod
-    def _tau_needed(e: Expectation, keep, err, base, want) -> float | None:
-        """Cascade nodes: the TAU this node's worst element needed, max (|err| − base) / rms (what calibration reads)."""
-        if e.derived:
-            return None
-        live = want[e.valid[keep]]
-        rms = float(np.sqrt(np.mean(live**2))) if len(live) else 0.0
-        gain = e.row_gain[keep] if e.row_gain is not None else 1.0
-        with np.errstate(invalid="ignore"):
-            over = float(np.nanmax((err - base) / gain, initial=0.0)) if len(err) else 0.0
-        return max(0.0, over) / rms if rms > 0 else (0.0 if over <= 0 else float("inf"))
+    def _excess(e: Expectation, keep, err, base) -> np.ndarray:
+        """Cascade nodes: each printed value's excess over print and f32 rounding, in units of its allowance unit
+        (z = (|err| − base) / unit, 0 within the rounding); an empty cache slot, whose unit is 0, inf when off."""
+        unit = np.where(e.valid[keep], e.unit[keep], 0.0)  # type: ignore[index]
+        over = np.maximum(err - base, 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(over > 0, np.where(unit > 0, over / np.where(unit > 0, unit, 1.0), np.inf), 0.0)
 
-    def _bound(self, e: Expectation, keep, want, base, beyond: int, n: int, tau: float) -> tuple[np.ndarray, str]:
-        """Derived: the flips are allowed while few elements need them; cascade: TAU·rms over the live values."""
+    def _bound(self, e: Expectation, keep, base, beyond: int, n: int, z: np.ndarray | None,
+               limits: tuple[float, float]) -> tuple[np.ndarray, str]:
+        """Derived: the flips are allowed while few elements need them. Cascade (bounds.CASCADE): each value within
+        gross·unit, unless more than half are beyond systematic·unit, the node off as a whole: then systematic."""
         if e.derived:
             if e.flips is None:
                 return base, ""
-            rate = float(np.mean(e.touched[keep])) if e.touched is not None and n else 0.0
-            allowed = math.ceil(max(FLIP_SHARE, min(1.0, FLIP_EXPECTED * rate)) * n)
+            lam = float(np.sum(e.touched[keep])) if e.touched is not None else 0.0
+            allowed = min(n, int(poisson_bound(np.array([lam]))[0]))
             if beyond <= allowed:
                 return base + e.flips[keep], ""
-            return base, (f"{beyond} of {n} printed elements are beyond print precision; rounding flips explain "
-                          f"at most {allowed}, so none is allowed")
-        live = want[e.valid[keep]]  # not the empty cache slots: they hold no value of the tensor
-        rms = float(np.sqrt(np.mean(live**2))) if len(live) else 0.0
-        gain = e.row_gain[keep] if e.row_gain is not None else 1.0
-        return base + tau * rms * gain, ""
+            return base, (f"{beyond} of {n} printed elements are beyond print precision; the rounding flips expected "
+                          f"({lam:.3g}) explain at most {allowed}, so none is allowed")
+        systematic, gross = limits
+        unit = np.where(e.valid[keep], e.unit[keep], 0.0)  # type: ignore[index]
+        live = e.valid[keep]
+        off = int(np.count_nonzero(z[live] > systematic))  # type: ignore[index]
+        if live.any() and 2 * off > int(np.count_nonzero(live)):
+            return base + systematic * unit, (f"{off} of {int(np.count_nonzero(live))} printed values beyond "
+                                              f"{systematic:g}·rms: the node is off as a whole")
+        return base + gross * unit, ""
 
     @staticmethod
-    def _nmse(res: CheckResult, err: np.ndarray, want: np.ndarray, nmse_max: float) -> None:
-        """NMSE over the compared elements; beyond nmse_max fails the node on its own."""
+    def _nmse(res: CheckResult, err: np.ndarray, want: np.ndarray, nmse_max: float, excess: np.ndarray) -> None:
+        """NMSE over the compared elements (reported); that of their errors beyond the print's rounding (5e-5: small
+        values, long softmax rows of weights near 1/T, print with a large relative error) beyond nmse_max fails the
+        node on its own."""
         with np.errstate(invalid="ignore", over="ignore"):
             den = float(np.sum(want**2))
             num = float(np.sum(err**2))
+            computed = float(np.sum(excess**2))
         res.nmse = num / den if den > 0 else (0.0 if num == 0 else math.inf)
-        if not res.nmse <= nmse_max:
+        beyond = computed / den if den > 0 else (0.0 if computed == 0 else math.inf)
+        if not beyond <= nmse_max:
             res.failed += 1
-            res.failures.append(Failure(None, res.nmse, 0.0, nmse_max))
-            res.note = (res.note + "; " if res.note else "") + f"NMSE {res.nmse:.2e} > {nmse_max:g}"
+            res.failures.append(Failure(None, beyond, 0.0, nmse_max))
+            res.note = (res.note + "; " if res.note else "") + f"NMSE beyond print {beyond:.2e} > {nmse_max:g}"
 
     def _head_mask(self, m: Mapped, s: Sample, L: Layer) -> np.ndarray:
         """[p2, p1, p0] printed elements to compare: all, or those of the --head heads (and the KV heads they read)."""
@@ -121,25 +137,26 @@ class NodeComparison:
         group = L.H // L.H_kv
         kv_heads = {h // group for h in self.heads}
         keep = np.ones(shape, bool)
-        for axis, label in enumerate(m.labels):
-            logical = s.index[1 + axis]
+        for label, logical in zip(m.labels, coords(tuple(s.index[1:]), m.via)):
             if label == "head":
                 sel = np.isin(logical, sorted(self.heads))
             elif label == "kvhead":
                 sel = np.isin(logical, sorted(kv_heads))
-            elif label == "col":
+            elif label == "col" and m.quantity != "rows":
                 per = m.quantity in KV_QUANTITIES
                 sel = np.isin(logical // L.D_h, sorted(kv_heads if per else self.heads))
             else:
                 continue
-            keep &= sel.reshape([-1 if a == axis else 1 for a in range(3)])
+            keep &= sel
         return keep
 
     @staticmethod
     def _locator(m: Mapped, s: Sample, idx, L: Layer, n_past: int, T: int):
         """Element i of the compared (flattened) elements → its Location."""
-        logical = [s.index[1 + a][idx[a]] for a in range(3)]
-        n_rows = m.node.ne[1]
+        full = coords(tuple(s.index[1:]), m.via)  # the indices of the node `labels` describe
+        logical = [full[a][idx] for a in range(3)]
+        own = [s.index[1 + a][idx[a]] for a in range(3)]  # this node's, for the printed row's line
+        n_rows = m.ne[1]
 
         def where(i: int) -> Location:
             at: dict[str, int | None] = {"head": None, "query": None, "slot": None, "dim": None, "pos": None}
@@ -151,6 +168,8 @@ class NodeComparison:
                     at["query"] = v
                 elif label == "row":
                     at["query"] = T - n_rows + v
+                elif label == "query" and m.quantity in ("k", "v"):  # a store's rows: this evaluation's slots
+                    at["slot"] = n_past + v
                 elif label == "slot":
                     at["slot"] = v
                 elif label == "dim":
@@ -167,7 +186,7 @@ class NodeComparison:
             return Location(**at)
 
         # the line of the printed row that holds element i (looked up for failures only)
-        where.line_of = lambda i: row_line(m.node, 0, int(logical[0][i]), int(logical[1][i]))  # type: ignore
+        where.line_of = lambda i: row_line(m.node, 0, int(own[0][i]), int(own[1][i]))  # type: ignore
         query_heads = m.quantity in QUERY_HEADS  # K/V elements belong to a KV head
         for label, values in zip(m.labels, logical):
             if query_heads and label in ("head", "col"):
@@ -175,7 +194,7 @@ class NodeComparison:
         return where
 
     @staticmethod
-    def _sum(node, s: Sample, e: Expectation, bound: np.ndarray, run: Run, tau: float) -> CheckResult:
+    def _sum(node, s: Sample, e: Expectation, bound: np.ndarray, run: Run, gross: float) -> CheckResult:
         """The `sum =` line: the whole tensor today, the printed values only before llama.cpp PR #15637."""
         w = e.whole
         assert w is not None
@@ -184,7 +203,7 @@ class NodeComparison:
         if e.derived:
             own += w.flips
         else:
-            own += tau * math.sqrt(w.n * w.squares)
+            own += gross * math.sqrt(w.n * w.squares)
         b_full = own + precision.sum_bound(w.n, w.magnitude)
         res = compare_value("model_sum", node, got, w.total, b_full, note="full tensor")
         printed = e.want

@@ -38,10 +38,15 @@ class Expected(Layer0):
 
     # ---- values ----------------------------------------------------------------------------------------
 
-    def value(self, quantity: str, role: str, layer: int | None, position: int | None = None) -> np.ndarray:
+    def value(self, quantity: str, role: str, layer: int | None, position: int | None = None,
+              key: str | None = None) -> np.ndarray:
         """The reference in the canonical layout of `quantity` (mapping.CANONICAL), float64; rows [1, T, width]. A
-        rows node at `position` after its weight MUL_MAT gets the role's value at that node (Reference.at_node)."""
+        rows node at `position` after its weight MUL_MAT gets the role's value at that node (Reference.at_node); a
+        node inside a role (chains.py) the value its key names."""
         r = self.ref  # not cached: the reference holds it in f32 already, so memory stays that of one reference
+        if key is not None:
+            v = np.asarray(r.get(layer, key), dtype=np.float64)
+            return v[None] if quantity == "rows" else v
         if quantity == "rows":
             return np.asarray(r.at_node(layer, role, position)[0][None], dtype=np.float64)
         return np.asarray(r.get(layer, ROLE.get(quantity, quantity)), dtype=np.float64)

@@ -3,14 +3,44 @@
 A node's numpy axes (i2, i1, i0) carry labels (mapping.py); its printed elements are a grid of logical indices per
 axis (dump/sample.py). `locate` turns them into canonical indices: a query axis holds positions n_past..n_past+T-1,
 a row axis the last ne1 of them (GET_ROWS(out_ids)), a slot axis cache slots (those at or past n_past + T are empty
-and print 0), a merged column axis head·D_h + dim. The whole node is a block of the canonical array (`region`), which
-is all its `sum =` line needs.
+and print 0), a merged column axis head·D_h + dim. A node that copies another's values in another shape (a RESHAPE,
+a CONT, a PERMUTE) is located through the transforms `via` that take its indices to those of the labelled node it
+copies. The whole node is a block of the canonical array (`region`), which is all its `sum =` line needs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+Coords = tuple[np.ndarray, np.ndarray, np.ndarray]  # (i2, i1, i0) per element
+
+
+@dataclass(frozen=True)
+class Reshape:
+    """A node of ne `own` holding, in row-major order, the elements of a node of ne `src` (RESHAPE, CONT, a whole
+    VIEW): the same flat index in both."""
+
+    own: tuple[int, ...]
+    src: tuple[int, ...]
+
+    def __call__(self, c: Coords) -> Coords:
+        flat = (c[0].astype(np.int64) * self.own[1] + c[1]) * self.own[0] + c[2]
+        plane = self.src[1] * self.src[0]
+        return flat // plane, (flat % plane) // self.src[0], flat % self.src[0]
+
+
+@dataclass(frozen=True)
+class Permute:
+    """A node whose numpy axis a is its source's axis src_axis[a] (PERMUTE, TRANSPOSE)."""
+
+    src_axis: tuple[int, int, int]
+
+    def __call__(self, c: Coords) -> Coords:
+        out: list[np.ndarray] = [c[0]] * 3
+        for a, s in enumerate(self.src_axis):
+            out[s] = c[a]
+        return out[0], out[1], out[2]
 
 
 @dataclass(frozen=True)
@@ -30,58 +60,77 @@ class Grid:
         return np.asarray(a)[self.region]
 
 
-def _along(p: int, values: np.ndarray) -> np.ndarray:
-    shape = [1, 1, 1]
-    shape[p] = -1
-    return np.asarray(values).reshape(shape)
+def coords(printed: tuple[np.ndarray, ...], via: tuple = ()) -> Coords:
+    """The printed grid [p2, p1, p0] of a node as indices (i2, i1, i0), each of the grid's shape: the node's own, or
+    through `via` those of the node it copies."""
+    at: Coords = tuple(np.meshgrid(*[np.asarray(p, dtype=np.int64) for p in printed], indexing="ij"))  # type: ignore
+    for step in via:
+        at = step(at)
+    return at
 
 
 def locate(canon: tuple[str, ...], labels: tuple[str, str, str], ne: tuple[int, ...], n_past: int, T: int,
-           printed: tuple[np.ndarray, ...], shape: tuple[int, ...]) -> Grid | None:
-    """The Grid of a node of ne (labels) whose printed indices per axis are `printed`, in a canonical array of
-    `shape`; None when the node does not fit it (another model or layout)."""
+           printed: tuple[np.ndarray, ...], shape: tuple[int, ...], via: tuple = (),
+           before: bool = False) -> Grid | None:
+    """The Grid of a node whose printed indices per axis are `printed`, in a canonical array of `shape`: the node
+    itself of ne (labels), or one that copies such a node through `via`. `before`: a cache as it was before this
+    evaluation stored its T rows (slots from n_past on empty). None when the node does not fit (another model or
+    layout)."""
     sizes = (ne[2], ne[1], ne[0])
     grid_shape = tuple(len(p) for p in printed)
-    merged = labels[2] == "col" and "col" not in canon
-    rest = [c for c in canon if c != labels[1]] if merged else []
+    at = coords(printed, via)
+    slot_as_query = "slot" in canon and "slot" not in labels and "query" in labels
+    merged = "col" in labels and "col" not in canon
+    rest = [c for c in canon if c not in labels and not (c == "slot" and slot_as_query)] if merged else []
     index: list[np.ndarray] = []
     region: list[slice] = []
     valid = np.ones(grid_shape, dtype=bool)
-    end = n_past + T
+    end = n_past + (0 if before else T)
     for c, label in enumerate(canon):
         n_c = shape[c]
         if label in rest:  # (head or kvhead, dim) merged into columns, head-major
+            if len(rest) != 2:
+                return None
             a, b = rest
             size_b = shape[canon.index(b)]
-            if shape[canon.index(a)] * size_b != sizes[2]:
+            if shape[canon.index(a)] * size_b != sizes[labels.index("col")]:
                 return None
-            col = _along(2, printed[2])
+            col = at[labels.index("col")]
             index.append(col // size_b if label == a else col % size_b)
             region.append(slice(None))
+            continue
+        if label == "slot" and slot_as_query:  # a store's rows: this evaluation's positions
+            p = labels.index("query")
+            if sizes[p] != T or n_past + T > n_c:
+                return None
+            vals = n_past + at[p]
+            valid &= vals < end
+            index.append(np.minimum(vals, max(n_c - 1, 0)))
+            region.append(slice(n_past, end))
             continue
         if label not in labels:
             return None
         p = labels.index(label)
-        size, vals = sizes[p], np.asarray(printed[p])
+        size, vals = sizes[p], at[p]
         if label == "query":
-            if size != T or end > n_c:
+            if size != T or n_past + T > n_c:
                 return None
-            index.append(_along(p, n_past + vals))
-            region.append(slice(n_past, end))
+            index.append(n_past + vals)
+            region.append(slice(n_past, n_past + T))
         elif label == "row":
-            if size > T or end > n_c:
+            if size > T or n_past + T > n_c:
                 return None
-            index.append(_along(p, end - size + vals))
-            region.append(slice(end - size, end))
+            index.append(n_past + T - size + vals)
+            region.append(slice(n_past + T - size, n_past + T))
         elif label == "slot":
-            if size < end or end > n_c:
+            if size < n_past + T or n_past + T > n_c:
                 return None
-            valid &= np.broadcast_to(_along(p, vals < end), grid_shape)
-            index.append(_along(p, np.minimum(vals, end - 1)))
+            valid &= vals < end
+            index.append(np.minimum(vals, max(end - 1, 0)))
             region.append(slice(0, end))
         else:
             if size != n_c:
                 return None
-            index.append(_along(p, vals))
+            index.append(vals)
             region.append(slice(None))
     return Grid(tuple(np.broadcast_to(i, grid_shape) for i in index), valid, tuple(region))

@@ -41,7 +41,7 @@ CANONICAL = {
 }
 KV_QUANTITIES = ("k", "v", "Kcur", "Vcur", "Krot", "Vrot")  # per KV head
 ROW_ROLES = ("inp_embd", "attn_norm", "kqv_unrot", "attn_out", "attn_post", "ffn_inp", "ffn_norm", "ffn_out",
-             "ffn_post", "l_out", "result_norm", "result_output")
+             "ffn_post", "attn_ffn", "l_out", "result_norm", "result_output")
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,17 @@ class Mapped:
     node: Node
     role: str  # roles.py's name (q, Qcur, k_view, kq, kqv_out, l_out, ...) or that of the node it copies
     quantity: str  # a key of CANONICAL
-    labels: tuple[str, str, str]
+    labels: tuple[str, str, str]  # of this node, or with `via` of the node whose values it copies
     ref_layer: int | None  # the reference layer (None for inp_embd, result_norm, result_output)
+    key: str | None = None  # the reference's value it holds (Reference.get(layer, key)); None: the quantity's own
+    via: tuple = ()  # grid.py transforms from this node's indices to those of the node `labels` describe
+    base: tuple[int, ...] | None = None  # that node's ne (None: this node's own)
+    before: bool = False  # a cache as it was before this evaluation's store (its slots from n_past on empty)
+
+    @property
+    def ne(self) -> tuple[int, ...]:
+        """The ne `labels` describe."""
+        return self.base or self.node.ne
 
 
 @dataclass(frozen=True)
@@ -199,10 +208,12 @@ def _layer(r: dict[str, Node], L: int, ref_layer: int, consumers) -> Layer | Non
     return Layer(L, anchor, flash, H, H_kv, D_h, n_kv, T, k.type, mapped, v.type if v is not None else None)
 
 
-def map_evaluation(ev: Evaluation, roles: Roles | None = None) -> list[Layer]:
+def map_evaluation(ev: Evaluation, roles: Roles | None = None, chains=None) -> list[Layer]:
     """Every layer's attention in the evaluation, with the printed nodes a reference predicts.
 
-    inp_embd is listed with the first layer, result_norm and result_output with the last.
+    inp_embd is listed with the first layer, result_norm and result_output with the last. With `chains` (a function
+    of the layer, None for the input and output: chains.py), the nodes inside each role and the layout copies of
+    every mapped node are mapped too.
     """
     roles = roles or assign(ev)
     consumers: dict[int, list[Node]] = defaultdict(list)
@@ -212,10 +223,12 @@ def map_evaluation(ev: Evaluation, roles: Roles | None = None) -> list[Layer]:
                 consumers[id(s)].append(n)
     numbers = [s.layer for s in ev.sites] if ev.sites else list(range(len(ev.flash)))
     out: list[Layer] = []
+    by_index: dict[int, Layer] = {}
     for k, r in enumerate(roles.layers):
         layer = _layer(r, numbers[k] if k < len(numbers) else k, k, consumers)
         if layer is not None:
             out.append(layer)
+            by_index[k] = layer
     if not out:
         return out
     for n in ev.nodes:
@@ -225,4 +238,97 @@ def map_evaluation(ev: Evaluation, roles: Roles | None = None) -> list[Layer]:
         if role.name in ROW_ROLES and n.ne[2] == 1 and n.ne[3] == 1:
             target = out[0] if role.section == "input" else out[-1]
             target.mapped.append(Mapped(n, role.name, "rows", CANONICAL["rows"], None))
+    if chains is not None:  # the output's nodes before the logits' last (projection, bias, scale, soft-cap)
+        for n in roles.output[:-1]:
+            if not n.quantized and n.ne[2] == 1 and n.ne[3] == 1:
+                out[-1].mapped.append(Mapped(n, "result_output", "rows", CANONICAL["rows"], None))
+        _inner(ev, roles, out, by_index, chains)
+    return out
+
+
+def _inner(ev: Evaluation, roles: Roles, out: list[Layer], by_index: dict[int, Layer], chains) -> None:
+    """The nodes inside roles (chains.walk), the cache stores and views before them, and layout copies."""
+    from . import chains as inner
+
+    mapped: dict[int, Mapped] = {}
+    home: dict[int, Layer] = {}
+    for L in out:
+        for m in L.mapped:
+            mapped[id(m.node)], home[id(m.node)] = m, L
+
+    def emitter(L: Layer):
+        def emit(m: Mapped) -> Mapped:
+            if id(m.node) in mapped:
+                return mapped[id(m.node)]
+            if not m.node.quantized:
+                mapped[id(m.node)], home[id(m.node)] = m, L
+                L.mapped.append(m)
+            return m
+        return emit
+
+    unprinted: dict[int, Node] = {}  # a store → the view of the cache it writes into, printed before it (SET_ROWS)
+    last: dict[tuple, Node] = {}
+    for n in ev.nodes:
+        if n.op in ("RESHAPE", "VIEW") and n.inputs[0] is None and n.srcs[0] is not None:
+            last[n.ne] = n
+        elif n.op == "SET_ROWS" and n.ne in last:
+            unprinted[id(n)] = last.pop(n.ne)
+    for k, L in by_index.items():
+        r = roles.layers[k]
+        sizes = {"head": L.H, "kvhead": L.H_kv, "query": L.T, "dim": L.D_h, "one": 1, "slot": L.n_kv}
+        spec = chains(k)
+        for name in spec:
+            if name in r:
+                inner.walk(r[name], name, spec, sizes, k, emitter(L))
+        for m in _stores(r, L, k, unprinted):
+            emitter(L)(m)
+    g = chains(None)
+    sizes = {"head": out[0].H, "kvhead": out[0].H_kv, "query": out[0].T, "dim": out[0].D_h, "one": 1}
+    for n in ev.nodes:
+        role = roles.of.get(id(n))
+        if role is not None and role.kind == "role" and role.section != "layer" and role.name in g:
+            inner.walk(n, role.name, g, sizes, None, emitter(out[0] if role.section == "input" else out[-1]))
+    inner.copies(ev.nodes, mapped, None, lambda m: emitter(home[id(m.node.inputs[0])])(m))
+
+
+def _stores(r: dict[str, Node], L: Layer, k: int, unprinted: dict[int, Node]) -> list[Mapped]:
+    """The K and V stores in shapes the per-head picks do not take, and the cache as it was before them.
+
+    SET_ROWS writes into the whole cache: K as {H_kv·D_h, slots}, V (transposed, without flash attention) flattened
+    as {1, H_kv·D_h·slots} with slot fastest; a 2024 CPY writes this evaluation's rows into a view of the cache (K
+    flattened, V transposed {T, H_kv·D_h}), and that view, printed before the copy, holds the cache before it."""
+    from .grid import Reshape
+
+    out: list[Mapped] = []
+    width = L.H_kv * L.D_h
+    for role in ("k_store", "v_store"):
+        n = r.get(role)
+        if n is None or n.quantized or n.ne[3] != 1:
+            continue
+        count = n.ne[0] * n.ne[1] * n.ne[2]
+        m = None
+        if n.op == "CPY" and count == width * L.T:
+            if n.ne[:3] == (L.T, width, 1):
+                m = Mapped(n, role, role[0], ("one", "col", "query"), k)
+            else:
+                base = (width, L.T, 1, 1)
+                m = Mapped(n, role, role[0], ("one", "query", "col"), k, via=(Reshape(n.ne, base),), base=base)
+            dst = n.inputs[1]
+        elif n.op == "SET_ROWS" and role == "v_store" and not L.flash and n.ne[0] == 1 and count % width == 0:
+            base = (count // width, width, 1, 1)
+            m = Mapped(n, role, "v", ("one", "col", "slot"), k, via=(Reshape(n.ne, base),), base=base)
+            dst = unprinted.get(id(n))
+        elif n.op == "SET_ROWS":
+            m, dst = None, unprinted.get(id(n))
+            if dst is not None:  # the whole cache, as the store's own labelled view (k_store: picked in _layer)
+                lab = ("one", "slot", "col") if n.ne[0] == width else None
+                if lab is not None:
+                    out.append(Mapped(dst, role, role[0], lab, k, before=True))
+                dst = None
+        else:
+            continue
+        if m is not None:
+            out.append(m)
+            if dst is not None and dst.ne == n.ne and not dst.quantized:
+                out.append(Mapped(dst, role, m.quantity, m.labels, k, via=m.via, base=m.base, before=True))
     return out

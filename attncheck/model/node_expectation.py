@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dump.paths import position_after_matmul
 from .bounds import DERIVED, DERIVED_ROWS
 from .expect import Expected
 from .grid import locate
@@ -35,9 +34,9 @@ class Expectation:
     extra: np.ndarray  # allowances every element may use (f32 noise, the flash kernel)
     flips: np.ndarray | None  # layer 0's rounding flips, for a few elements at most
     valid: np.ndarray  # True where the node holds a value of the tensor, False in empty cache slots
-    touched: np.ndarray | None  # the chance that a rounding flip touches each element (layer0.touched)
+    touched: np.ndarray | None  # the expected number of rounding flips touching each element (layer0.expected_flips)
     whole: Whole | None  # None when the reference does not hold the whole tensor (the logits)
-    row_gain: np.ndarray | None = None  # cascade, a norm's output: how much its row amplifies relative deviations
+    unit: np.ndarray | None = None  # cascade: the allowance unit of each printed element (rms of the value × row gain)
     note: str = ""  # what the result should say of what was compared (a role at an earlier node than its last)
 
     @property
@@ -45,64 +44,73 @@ class Expectation:
         return self.model.startswith("derived")
 
 
-def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int,
-                printed: tuple[np.ndarray, ...]) -> Expectation | None:
-    """The reference of a mapped node at its printed indices (per axis), or None when its ne does not fit."""
+def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int, printed: tuple[np.ndarray, ...],
+                position: int | None = None) -> Expectation | None:
+    """The reference of a mapped node at its printed indices (per axis), or None when its ne does not fit; position:
+    a rows node's place after its weight MUL_MAT (dump/paths.py position_after_matmul, read while the graph is
+    at hand)."""
     node, ref_layer = m.node, m.ref_layer
     if m.role == "result_output":
-        return _logits(exp, node, n_past, T, printed)
+        return _logits(exp, node, n_past, T, printed, position)
     flash = L.flash and m.quantity == "kqv"
     derived = (ref_layer == 0 and m.quantity in DERIVED) or (m.role in DERIVED_ROWS and ref_layer in (0, None))
     canon = CANONICAL[m.quantity]
-    position = position_after_matmul(node) if m.quantity == "rows" else None
-    ref = exp.value(m.quantity, m.role, ref_layer, position)
-    g = locate(canon, m.labels, node.ne, n_past, T, printed, ref.shape)
+    position = position if m.quantity == "rows" and m.key is None else None
+    ref = exp.value(m.quantity, m.role, ref_layer, position, m.key)
+    g = locate(canon, m.labels, m.ne, n_past, T, printed, ref.shape, m.via, m.before)
     if g is None:
         return None
     terms = []
     if flash:
         terms.append(exp.flash(ref_layer))  # type: ignore[arg-type]
     if derived and ref_layer == 0:
-        terms.append(exp.noise(m.quantity))
+        terms.append(exp.noise(m.key or m.quantity))
     terms = [t for t in terms if t is not None]
     flips = exp.flips(m.quantity, flash) if derived and ref_layer == 0 else None
-    touched = exp.touched(m.quantity) if flips is not None else None
+    touched = exp.expected_flips(m.quantity, flash) if flips is not None else None
     extra = sum((g.take(t) for t in terms), np.zeros(g.valid.shape))
     block = g.block(ref)
     whole = Whole(float(block.sum(dtype=np.float64)), float(np.abs(block).sum(dtype=np.float64)),
                   float(np.square(block, dtype=np.float64).sum()), int(block.size),
                   sum(float(g.block(t).sum()) for t in terms), float(g.block(flips).sum()) if flips is not None else 0.0)
     model = ("derived" if derived else "cascade") + ("+flash" if flash else "")
-    gain = _row_gain(exp, m, g, ref.shape) if not derived else None
+    unit = None if derived else g.take(_unit(exp, m, ref, position))
     return Expectation(model, g.take(ref), extra, g.take(flips) if flips is not None else None, g.valid,
-                       g.take(touched) if touched is not None else None, whole, gain,
+                       g.take(touched) if touched is not None else None, whole, unit,
                        note=exp.ref.at_node(ref_layer, m.role, position)[1] if position is not None else "")
 
 
-def _row_gain(exp: Expected, m: Mapped, g, shape) -> np.ndarray | None:
-    """A norm's output y_t = w·x_t/rms(x_t) carries its input row's relative deviation: a row whose rms is below the
-    node's (over the rows it holds) amplifies the deviations the cascade allowance expects at the node's scale, by
-    rms_node(x)/rms(x_t) (>= 1)."""
-    x = exp.norm_input(m.role, m.ref_layer) if m.quantity == "rows" else None
-    if x is None:
-        return None
-    ms = np.mean(np.square(np.asarray(x, np.float64)), axis=-1)  # [T_all]
-    rows = ms[g.region[1]]
-    if rows.size == 0:  # a node of no rows (GET_ROWS kept none in this ubatch)
-        return None
-    with np.errstate(divide="ignore"):
-        gain = np.sqrt(np.mean(rows) / np.maximum(ms, 1e-30))
-    return g.take(np.broadcast_to(np.maximum(gain, 1.0)[None, :, None], shape))
+def _unit(exp: Expected, m: Mapped, ref: np.ndarray, position: int | None) -> np.ndarray:
+    """The cascade allowance's unit over the canonical array: the rms of the whole reference value (every token, every
+    element but exact zeros, the softmax's masked weights) — the same wherever the value is read (a copy, a view, a
+    store: the arrays are equal) — times, for a norm's output y_t = w·x_t/rms(x_t), its row's gain
+    rms(x)/rms(x_t) (>= 1: a row whose rms is below the whole input's amplifies the deviation it carries)."""
+    key = ("unit", m.ref_layer, m.key or m.quantity, m.role if m.quantity == "rows" else "", position)
+    got = exp._cache.get(key)
+    if got is None:
+        a = np.asarray(ref, np.float64)
+        live = a[a != 0]
+        rms = float(np.sqrt(np.mean(live * live))) if live.size else 0.0
+        got = np.broadcast_to(rms, a.shape)
+        x = exp.norm_input(m.role, m.ref_layer) if m.quantity == "rows" and m.key in (None, m.role) else None
+        if x is not None and x.shape[0] == a.shape[1]:
+            ms = np.mean(np.square(np.asarray(x, np.float64)), axis=-1)  # [T_all]
+            with np.errstate(divide="ignore"):
+                gain = np.sqrt(np.mean(ms) / np.maximum(ms, 1e-30))
+            got = np.broadcast_to(rms * np.maximum(gain, 1.0)[None, :, None], a.shape)
+        exp._cache[key] = got
+    return got
 
 
-def _logits(exp: Expected, node, n_past: int, T: int, printed: tuple[np.ndarray, ...]) -> Expectation | None:
+def _logits(exp: Expected, node, n_past: int, T: int, printed: tuple[np.ndarray, ...],
+            position: int | None) -> Expectation | None:
     """result_output {n_vocab, rows}: the reference holds the logits at the vocabulary entries a dump prints only,
     so the `sum` of the whole vocabulary is not checked."""
     cols = exp.ref.vocab_cols
     if cols is None or node.ne[0] != exp.ref.hparams.n_vocab:
         return None
     # the logits, or, when the dump ends before them (llama.cpp's logger lost the tail), the output's node it ends on
-    ref, note = exp.ref.at_node(None, "result_output", position_after_matmul(node))
+    ref, note = exp.ref.at_node(None, "result_output", position)
     at = np.searchsorted(cols, printed[2])
     if np.any(at >= len(cols)) or np.any(cols[np.minimum(at, len(cols) - 1)] != printed[2]):
         return None
@@ -112,4 +120,6 @@ def _logits(exp: Expected, node, n_past: int, T: int, printed: tuple[np.ndarray,
         return None
     want = g.take(np.asarray(ref)[None])
     zeros = np.zeros(want.shape)
-    return Expectation("cascade", want, zeros, None, g.valid, None, None, note=note)
+    a = np.asarray(ref, np.float64)  # the logits the reference holds: every token at the printed vocabulary entries
+    unit = np.full(want.shape, float(np.sqrt(np.mean(a * a))) if a.size else 0.0)
+    return Expectation("cascade", want, zeros, None, g.valid, None, None, unit, note=note)

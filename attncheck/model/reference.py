@@ -13,7 +13,7 @@ rows, and the output projection only at the vocabulary entries a dump prints (th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +31,7 @@ F32 = np.float32
 LAYER_ROLES = (
     "attn_norm", "Qcur", "Kcur", "Vcur", "q", "k_cache", "v_cache", "kq", "kq_scores", "kq_soft_max", "kqv",
     "kqv_out", "kqv_unrot", "attn_out", "attn_post", "ffn_inp", "ffn_norm", "ffn_out", "ffn_post", "l_out",
-)  # and where the graph has them: q_scaled, Krot, Vrot; Qproj, Kproj (layer 0, before q/k norms)
+)  # and where the graph has them: q_scaled, Krot, Vrot; and the values inside roles (chains.py)
 GLOBAL_ROLES = ("inp_embd", "result_norm", "result_output")
 
 
@@ -90,10 +90,23 @@ class _Pass:
         self.out: dict[tuple[int | None, str], np.ndarray] = {}
         self.steps: dict[tuple[int | None, str], tuple[np.ndarray, ...]] = {}  # Reference.steps
         self.exact = True  # f64 sums in layer 0 (held to print precision), f32 in deeper layers
+        self.cols: np.ndarray | None = None  # the vocabulary entries the logits are computed at
 
-    def linear(self, prefix: str, x: np.ndarray) -> np.ndarray:
-        """MUL_MAT with `prefix.weight`, then ADD `prefix.bias` when the model has one."""
-        return self.linear_steps(prefix, x)[-1]
+    def linear(self, prefix: str, x: np.ndarray, key: tuple[int | None, str] | None = None) -> np.ndarray:
+        """MUL_MAT with `prefix.weight`, then ADD `prefix.bias` when the model has one; with a key (layer, role), the
+        value after the MUL_MAT is kept as role@mm when a bias follows, the result as role (chains.py)."""
+        steps = self.linear_steps(prefix, x)
+        if key is not None:
+            self.keep(key, steps)
+        return steps[-1]
+
+    def keep(self, key: tuple[int | None, str], steps, names: tuple[str, ...] = ("mm",)) -> None:
+        """A role's values after each of its nodes: the last as the role, the earlier ones as role@name."""
+        layer, role = key
+        steps = tuple(steps)
+        for name, v in zip(names, steps[:-1]):
+            self.out[(layer, f"{role}@{name}")] = v
+        self.out[(layer, role)] = steps[-1]
 
     def linear_steps(self, prefix: str, x: np.ndarray) -> tuple[np.ndarray, ...]:
         """linear's value after the MUL_MAT, and after the bias ADD when the model has one."""
@@ -102,37 +115,50 @@ class _Pass:
             return y, (y + self.m.tensor(prefix + ".bias")).astype(F32)
         return (y,)
 
-    def norm(self, prefix: str, x: np.ndarray, rms: bool | None = None) -> np.ndarray:
-        """build_norm over the last axis: NORM or RMS_NORM (Forward.norm), MUL by the weight, ADD the bias."""
+    def norm(self, prefix: str, x: np.ndarray, rms: bool | None = None,
+             key: tuple[int | None, str] | None = None) -> np.ndarray:
+        """build_norm over the last axis: NORM or RMS_NORM (Forward.norm), MUL by the weight, ADD the bias; with a
+        key (layer, role), each node's value is kept (role@norm, role@mul, role)."""
         rms = self.fw.norm == "rms" if rms is None else rms
-        y = blocks.rms_norm(x, self.hp.norm_eps) if rms else blocks.layer_norm(x, self.hp.norm_eps)
-        y = (y * self.m.tensor(prefix + ".weight")).astype(F32)
+        steps = [blocks.rms_norm(x, self.hp.norm_eps) if rms else blocks.layer_norm(x, self.hp.norm_eps)]
+        steps.append((steps[-1] * self.m.tensor(prefix + ".weight")).astype(F32))
         if self.m.has(prefix + ".bias"):
-            y = (y + self.m.tensor(prefix + ".bias")).astype(F32)
-        return y
+            steps.append((steps[-1] + self.m.tensor(prefix + ".bias")).astype(F32))
+        if key is not None:
+            self.keep(key, steps, ("norm", "mul"))
+        return steps[-1]
 
     def residual(self, branch: np.ndarray) -> np.ndarray:
         """A branch output as added to the residual: granite scales it (residual_scale)."""
         return blocks.scale(branch, self.hp.residual_scale) if self.hp.residual_scale else branch
 
-    def qkv(self, p: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Q [T, H, D], K and V [T, H_kv, D]: three projections, or one fused [Q | K | V]."""
+    def qkv(self, p: str, x: np.ndarray, il: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Q [T, H, D], K and V [T, H_kv, D]: three projections, or one fused [Q | K | V]; each kept before its
+        bias (Qcur@mm) and as it enters RoPE (Qcur@proj), per head."""
         hp, t = self.hp, x.shape[0]
         d, d_kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+        heads = {"Qcur": hp.n_head, "Kcur": hp.n_head_kv, "Vcur": hp.n_head_kv}
         if self.m.has(p + "attn_qkv.weight"):
-            qkv = self.linear(p + "attn_qkv", x)
-            q, k, v = qkv[:, :d], qkv[:, d:d + d_kv], qkv[:, d + d_kv:]
+            qkv = self.linear(p + "attn_qkv", x, (il, "qkv"))
+            parts = {"Qcur": (qkv[:, :d],), "Kcur": (qkv[:, d:d + d_kv],), "Vcur": (qkv[:, d + d_kv:],)}
         else:
-            q, k, v = self.linear(p + "attn_q", x), self.linear(p + "attn_k", x), self.linear(p + "attn_v", x)
-        return (q.reshape(t, hp.n_head, -1), k.reshape(t, hp.n_head_kv, -1), v.reshape(t, hp.n_head_kv, -1))
+            parts = {r: self.linear_steps(p + w, x) for r, w in (("Qcur", "attn_q"), ("Kcur", "attn_k"),
+                                                                 ("Vcur", "attn_v"))}
+        for role, steps in parts.items():
+            shaped = [np.ascontiguousarray(s).reshape(t, heads[role], -1) for s in steps]
+            if len(shaped) > 1:
+                self.out[(il, f"{role}@mm")] = shaped[0]
+            self.out[(il, f"{role}@proj")] = shaped[-1]
+        return tuple(self.out[(il, f"{r}@proj")] for r in ("Qcur", "Kcur", "Vcur"))  # type: ignore[return-value]
 
     def positions(self, il: int, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """q/k norms (qwen3, gemma3: RMS_NORM per head, MUL by attn_q_norm/attn_k_norm), then RoPE."""
         p = f"blk.{il}."
         if self.fw.qk_norm:
-            if il == 0:  # the projections before their norms, for layer 0's error terms (layer0.py)
-                self.out[(il, "Qproj")], self.out[(il, "Kproj")] = q, k
-            q, k = self.norm(p + "attn_q_norm", q, rms=True), self.norm(p + "attn_k_norm", k, rms=True)
+            q = self.norm(p + "attn_q_norm", q, rms=True, key=(il, "Qcur@normw"))
+            k = self.norm(p + "attn_k_norm", k, rms=True, key=(il, "Kcur@normw"))
+            for role in ("Qcur", "Kcur"):  # chains.py's names: RMS_NORM's value, then the weight's
+                self.out[(il, f"{role}@norm")] = self.out.pop((il, f"{role}@normw@norm"))
         if not self.fw.positions.startswith("rope"):
             return q, k
         hp, pos = self.hp, np.arange(q.shape[0])
@@ -145,46 +171,50 @@ class _Pass:
         """build_ffn of the family: gelu (up, GELU, down), swiglu/geglu (gate and up in parallel), swiglu_fused (one
         up projection holding [gate | up], phi3)."""
         kind = self.fw.ffn
+        il = int(p.split(".")[1])
+        up = self.linear(p + "ffn_up", x, (il, "ffn_up"))
         if kind == "gelu":
-            return self.linear(p + "ffn_down", blocks.gelu(self.linear(p + "ffn_up", x)))
-        if kind == "swiglu_fused":
-            up = self.linear(p + "ffn_up", x)
+            act = blocks.gelu(up)
+        elif kind == "swiglu_fused":
             half = up.shape[-1] // 2
-            return self.linear(p + "ffn_down", blocks.swiglu(up[:, :half], up[:, half:]))
-        glu = blocks.geglu if kind == "geglu" else blocks.swiglu
-        return self.linear(p + "ffn_down", glu(self.linear(p + "ffn_gate", x), self.linear(p + "ffn_up", x)))
+            act = blocks.swiglu(up[:, :half], up[:, half:])
+        else:
+            gate = self.linear(p + "ffn_gate", x, (il, "ffn_gate"))
+            self.out[(il, "ffn_gate_act")] = blocks.gelu(gate) if kind == "geglu" else blocks.silu(gate)
+            act = blocks.geglu(gate, up) if kind == "geglu" else blocks.swiglu(gate, up)
+        self.out[(il, "ffn_act")] = act
+        return self.linear(p + "ffn_down", act, (il, "ffn_out"))
 
     def layer(self, il: int, x: np.ndarray) -> np.ndarray:
         """One block; x [T, D] is the residual stream entering it; returns l_out."""
         p, fw, out = f"blk.{il}.", self.fw, self.out
         self.exact = il == 0
-        cur = self.norm(p + "attn_norm", x)
-        out[(il, "attn_norm")] = cur
+        cur = self.norm(p + "attn_norm", x, key=(il, "attn_norm"))
         src = self.norm(p + "attn_norm_2", x) if self.m.has(p + "attn_norm_2.weight") else cur
-        q, k, v = self.qkv(p, src)
+        q, k, v = self.qkv(p, src, il)
         q, k = self.positions(il, q, k)
         out[(il, "Qcur")], out[(il, "Kcur")], out[(il, "Vcur")] = q, k, v
         att = attention(q, k, v, self.hp, il, self.cache, self.s1, exact=self.exact)
         for role, arr in att.items():
             out[(il, role)] = arr
         steps = self.linear_steps(p + "attn_output", att["kqv_unrot"])
-        out[(il, "attn_out")] = attn_out = steps[-1]
+        self.keep((il, "attn_out"), steps)
+        attn_out = steps[-1]
         if len(steps) > 1:  # a dump whose logger lost the tail after the last attention may end between the two
             self.steps[(il, "attn_out")] = steps
-        post = self.norm(p + "post_attention_norm", attn_out) if fw.post_norms else self.residual(attn_out)
+        post = self.norm(p + "post_attention_norm", attn_out, key=(il, "attn_post")) if fw.post_norms else \
+            self.residual(attn_out)
         out[(il, "attn_post")] = post
         if fw.parallel:  # falcon: the FFN reads attn_norm; l_out = (ffn_out + attn_out) + x
             ffn = self.ffn(p, cur)
-            out[(il, "ffn_out")] = ffn
-            y = ((ffn + attn_out).astype(F32) + x).astype(F32)
+            out[(il, "attn_ffn")] = (ffn + attn_out).astype(F32)
+            y = (out[(il, "attn_ffn")] + x).astype(F32)
         else:
             ffn_inp = (post + x).astype(F32)
             out[(il, "ffn_inp")] = ffn_inp
-            h = self.norm(p + "ffn_norm", ffn_inp)
-            out[(il, "ffn_norm")] = h
+            h = self.norm(p + "ffn_norm", ffn_inp, key=(il, "ffn_norm"))
             ffn = self.ffn(p, h)
-            out[(il, "ffn_out")] = ffn
-            fpost = self.norm(p + "post_ffw_norm", ffn) if fw.post_norms else self.residual(ffn)
+            fpost = self.norm(p + "post_ffw_norm", ffn, key=(il, "ffn_post")) if fw.post_norms else self.residual(ffn)
             out[(il, "ffn_post")] = fpost
             y = (fpost + ffn_inp).astype(F32)
         out[(il, "l_out")] = y
@@ -210,12 +240,7 @@ class _Pass:
         return steps[-1], cols
 
 
-def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
-            f16_src1: str = "convert") -> Reference:
-    """Evaluate the whole prompt at once (causal), returning every node the mapping compares, per layer.
-
-    kv_type is the K cache's type (and V's, unless v_type is given): f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1,
-    iq4_nl."""
+def _start(model: Model, tokens: Sequence[int], kv_type: str, v_type: str | None, f16_src1: str):
     v_type = v_type or kv_type
     for kind in (kv_type, v_type):
         if kind not in KV_TYPES:
@@ -228,21 +253,57 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type
         raise ValueError("forward needs at least one token")
     if max(toks) >= hp.n_vocab or min(toks) < 0:
         raise ValueError(f"token id out of range for a vocabulary of {hp.n_vocab}")
+    if hp.forward.positions == "learned" and len(toks) > hp.n_ctx_train:
+        raise ValueError(f"{len(toks)} tokens exceed the {hp.n_ctx_train} learned positions")
+    return toks, v_type
+
+
+def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
+                   f16_src1: str = "convert", rotates: bool = True) -> Iterator[Reference]:
+    """The forward pass one layer at a time, for memory that does not grow with depth: a Reference per layer holding
+    that layer's nodes (the first also inp_embd, each the l_out of the layer before it: a norm's input), then one
+    holding result_norm and result_output (and the last l_out). Each is dropped by the pass once yielded."""
+    toks, v_type = _start(model, tokens, kv_type, v_type, f16_src1)
+    hp = model.hparams
     t = len(toks)
-    cache = Cache.of(kv_type, v_type, hp.head_dim, hp.head_dim)
+    cache = Cache.of(kv_type, v_type, hp.head_dim, hp.head_dim, rotates)
     run = _Pass(model, f16_src1, cache)
-    x = model.rows("token_embd.weight", toks)  # GET_ROWS dequantizes exactly
+
+    def part() -> Reference:
+        ref = Reference(hparams=hp, tokens=tuple(toks), kv_type=kv_type, tensors=run.out, f16_src1=f16_src1,
+                        cache=cache, vocab_cols=run.cols, steps=run.steps)
+        run.out, run.steps = {}, {}
+        return ref
+
+    steps = [model.rows("token_embd.weight", toks)]  # GET_ROWS dequantizes exactly
     if hp.forward.positions == "learned":
-        if t > hp.n_ctx_train:
-            raise ValueError(f"{t} tokens exceed the {hp.n_ctx_train} learned positions")
-        x = (x + model.rows("position_embd.weight", np.arange(t))).astype(F32)
+        run.out[(None, "inp_pos")] = model.rows("position_embd.weight", np.arange(t))
+        steps.append((steps[-1] + run.out[(None, "inp_pos")]).astype(F32))
     if hp.embd_scale:
-        x = blocks.scale(x, hp.embd_scale)
-    run.out[(None, "inp_embd")] = x
+        steps.append(blocks.scale(steps[-1], hp.embd_scale))
+    run.keep((None, "inp_embd"), steps, ("tok", "pos"))
+    x = steps[-1]
     for il in range(hp.n_layer):
         x = run.layer(il, x)
-    cur = run.norm("output_norm", x)
-    run.out[(None, "result_norm")] = cur
-    run.out[(None, "result_output")], cols = run.logits(cur)
-    return Reference(hparams=hp, tokens=tuple(toks), kv_type=kv_type, tensors=run.out, f16_src1=f16_src1,
-                     cache=cache, vocab_cols=cols, steps=run.steps)
+        yield part()
+        run.out[(il, "l_out")] = x  # the next layer's norm input (and result_norm's)
+    cur = run.norm("output_norm", x, key=(None, "result_norm"))
+    run.out[(None, "result_output")], run.cols = run.logits(cur)
+    yield part()
+
+
+def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
+            f16_src1: str = "convert", rotates: bool = True) -> Reference:
+    """Evaluate the whole prompt at once (causal), returning every node the mapping compares, per layer.
+
+    kv_type is the K cache's type (and V's, unless v_type is given): f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1,
+    iq4_nl."""
+    tensors: dict = {}
+    steps: dict = {}
+    ref = None
+    for ref in forward_layers(model, tokens, kv_type=kv_type, v_type=v_type, f16_src1=f16_src1, rotates=rotates):
+        tensors.update(ref.tensors)
+        steps.update(ref.steps)
+    assert ref is not None
+    return Reference(hparams=ref.hparams, tokens=ref.tokens, kv_type=kv_type, tensors=tensors, f16_src1=f16_src1,
+                     cache=ref.cache, vocab_cols=ref.vocab_cols, steps=steps)

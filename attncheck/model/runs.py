@@ -9,16 +9,22 @@ import numpy as np
 from ..dump.graph import Evaluation
 from ..dump.sample import parse_sample
 from ..errors import DumpError
-from .bounds import F32_REL, FLIP_SHARE, PRINT
+from .bounds import F32_REL, MISFIT_SHARE, PRINT
 from .expect import Expected
 from .grid import locate
 from .mapping import CANONICAL, Layer
 from .numerics import KV_TYPES
-from .reference import forward
+from .reference import forward, forward_layers
 from .token_ids import recover
 
-EMBEDDINGS = "embeddings"  # Run.origin of ids looked up in the model's embedding table
 from .weights import Model
+
+EMBEDDINGS = "embeddings"  # Run.origin of ids looked up in the model's embedding table
+INPUT_ROLES = ("inp_embd", "inp_pos")  # the nodes before layer 0 (the others outside layers follow the last)
+
+
+class MissingIds(DumpError):
+    """A run whose token ids the log does not print and the model's embeddings cannot give (--tokens gives them)."""
 
 
 def _spans(positions: list[int]) -> str:
@@ -57,6 +63,9 @@ class Run:
     T_seen: int = 0
     line: int = 0
     arithmetic: dict = field(default_factory=dict)
+    kv: tuple[str, str] = ("f16", "f16")  # the K and V cache types
+    rotates: bool = True  # the build rotates q, K (and V) before a quantized cache (2024's printed no rotation)
+    probe: list = field(default_factory=list)  # layer 0's q and kqv (Mapped, Sample, n_past, T): the arithmetic's
     sum_mode: str | None = None  # what `sum =` adds up, once a layer-0 node's tight bound told it
 
 
@@ -67,6 +76,7 @@ class Runs:
     model: Model
     source: str
     tokens: tuple[int, ...] | None  # --tokens
+    deferred: bool = False  # ModelChecker.deferred
     current: Run | None = None
     finished: list[dict] = field(default_factory=list)
 
@@ -103,7 +113,16 @@ class Runs:
             if t not in KV_TYPES:
                 raise DumpError(self.source, line, f"the KV cache is {t}: --model emulates {', '.join(KV_TYPES)} "
                                                    "caches only")
-        run.expected = self._calibrated(ev, layers, run, (kv, kv_v), line)
+        run.kv = (kv, kv_v)
+        # a quantized cache whose graph has no Hadamard rotation (roles.py k_rot): a build from before it
+        quantized = [t not in ("f16", "bf16", "f32") for t in (kv, kv_v)]
+        roles = {m.role for m in layers[0].mapped}
+        run.rotates = not ((quantized[0] and "k_rot" not in roles) or
+                           (quantized[1] and not quantized[0] and "v_rot" not in roles))
+        first = next((L for L in layers if L.mapped and L.mapped[0].ref_layer == 0), None)
+        probed = ("q",) if first is not None and first.flash else ("q", "kqv")  # a flash output has its own arithmetic
+        run.probe = [(m, parse_sample(m.node, self.source), ev.n_past or 0, first.T) for m in (first.mapped if first
+                     else []) if m.quantity in probed and not m.node.cut]
         self.current = run
         return run
 
@@ -111,7 +130,7 @@ class Runs:
         """The evaluation's token ids from its printed embedding rows, or a DumpError naming those not found."""
         got = recover(self.model, ev, self.source)
         if got is None:
-            raise DumpError(self.source, line, "the log holds no token ids (llama.cpp before the `number of input "
+            raise MissingIds(self.source, line, "the log holds no token ids (llama.cpp before the `number of input "
                                                "tokens` lines) and prints no embedding rows to look them up from; "
                                                "pass them with --tokens 1,2,3")
         if not got.complete:
@@ -120,7 +139,7 @@ class Runs:
             for p, w in sorted(got.unknown.items()):
                 reasons.setdefault(w, []).append(p)
             why = "; ".join(f"positions {_spans(ps)}: {w}" for w, ps in reasons.items())
-            raise DumpError(self.source, line, f"the log holds no token ids; looked up in the model's embeddings "
+            raise MissingIds(self.source, line, f"the log holds no token ids; looked up in the model's embeddings "
                                                f"(position: id): {known or 'none'}; the ids at {why}; pass them "
                                                "with --tokens 1,2,3")
         return tuple(int(i) for i in got.ids)  # type: ignore[arg-type]
@@ -133,50 +152,73 @@ class Runs:
             raise DumpError(self.source, layers[0].anchor.line, "cannot place this evaluation's looked-up token ids: "
                                                                 "an earlier one had no attention to count T")
         run.tokens = run.tokens + ids
-        kv = (run.expected.kv_type, run.expected.v_type) if run.expected else ("f16", "f16")
-        run.expected = self._reference(run.tokens, kv, run.arithmetic.get("f16_src1", "convert"), run.line)
+        run.expected = None  # computed again over all of them when needed
 
-    def _reference(self, tokens: tuple[int, ...], kv: tuple[str, str], f16_src1: str, line: int) -> Expected:
+    def parts(self, run: Run, work=None, eager: bool = False):
+        """(Expected, has(m)) for the kept work of a run: eager, the whole reference at once (kept as run.expected:
+        inspect and the HTML page read it); else one layer at a time (reference.forward_layers), each dropped
+        before the next. The arithmetic is chosen on layer 0 (calibrated)."""
+        if eager:
+            if run.expected is None:
+                run.expected = self._calibrated(run, lambda s1: iter([self._forward(run, s1)]))
+            yield run.expected, lambda m: True
+            return
+        n_layer = self.model.hparams.n_layer
+        for at, exp in enumerate(self._calibrated(run, lambda s1: self._forward_layers(run, s1), first_only=True)):
+            yield exp, (lambda m, at=at: m.ref_layer == at if m.ref_layer is not None else
+                        at == (0 if m.role in INPUT_ROLES else n_layer))
+
+    def _forward(self, run: Run, f16_src1: str) -> Expected:
         try:
-            ref = forward(self.model, tokens, kv_type=kv[0], v_type=kv[1], f16_src1=f16_src1)
-            return Expected(ref, kv[0], self.model)
+            ref = forward(self.model, run.tokens, kv_type=run.kv[0], v_type=run.kv[1], f16_src1=f16_src1,
+                          rotates=run.rotates)
         except ValueError as e:
-            raise DumpError(self.source, line, f"the tokens do not fit the model {self.model.path}: {e}") from None
+            raise DumpError(self.source, run.line, f"the tokens do not fit the model {self.model.path}: {e}") from None
+        return Expected(ref, run.kv[0], self.model)
 
-    def _calibrated(self, ev: Evaluation, layers: list[Layer], run: Run, kv: tuple[str, str], line: int) -> Expected:
+    def _forward_layers(self, run: Run, f16_src1: str):
+        try:
+            for ref in forward_layers(self.model, run.tokens, kv_type=run.kv[0], v_type=run.kv[1], f16_src1=f16_src1,
+                                      rotates=run.rotates):
+                yield Expected(ref, run.kv[0], self.model)
+        except ValueError as e:
+            raise DumpError(self.source, run.line, f"the tokens do not fit the model {self.model.path}: {e}") from None
+
+    def _calibrated(self, run: Run, make, first_only: bool = False):
         """The reference in the arithmetic this llama.cpp build used (reference.F16_SRC1), chosen on layer 0.
 
         An f16 src0 (F16 weights, an f16 V cache) multiplies a contiguous f32 src1 either converted to f16 (today)
         or as f32 (2024 builds with llamafile's tinyBLAS). Both are correct llama.cpp; they differ by ~1e-3 in
         layer 0's Qcur, which layer 0's bound must not absorb. The one whose layer-0 q and kqv fit print precision
-        (all but the rare flips) is used, and the JSON says which.
+        (all but the rare flips) is used, and the JSON says which. make(f16_src1) gives the reference's parts; the
+        whole one (eager) or, first_only, an iterator of them whose first holds layer 0.
         """
-        exp = self._reference(run.tokens, kv, "convert", line)
+        parts = make("convert")
+        first = next(parts)
         run.arithmetic = {"f16_src1": "convert"}
-        first = next((L for L in layers if L.mapped and L.mapped[0].ref_layer == 0), None)
-        if first is None:
-            return exp
-        beyond, n = self._misfit(first, exp, ev.n_past or 0)
-        if n == 0 or beyond <= FLIP_SHARE * n:
-            return exp
-        alt = self._reference(run.tokens, kv, "f32", line)
-        beyond_alt, _ = self._misfit(first, alt, ev.n_past or 0)
-        run.arithmetic = {"f16_src1": "convert", "layer0_beyond_print": {"convert": beyond, "f32": beyond_alt},
-                          "of": n}
-        if beyond_alt < beyond:
-            run.arithmetic["f16_src1"] = "f32"
-            return alt
-        return exp
+        beyond, n = self._misfit(run, first)
+        chosen = (first, parts)
+        if n and beyond > MISFIT_SHARE * n:
+            alt_parts = make("f32")
+            alt = next(alt_parts)
+            beyond_alt, _ = self._misfit(run, alt)
+            run.arithmetic = {"f16_src1": "convert", "layer0_beyond_print": {"convert": beyond, "f32": beyond_alt},
+                              "of": n}
+            if beyond_alt < beyond:
+                run.arithmetic["f16_src1"] = "f32"
+                chosen = (alt, alt_parts)
+        if not first_only:
+            return chosen[0]
+        return _chain(chosen[0], chosen[1])
 
-    def _misfit(self, L: Layer, exp: Expected, n_past: int) -> tuple[int, int]:
-        """Layer 0's printed q and kqv elements beyond print precision (5e-5 + 2^-20|ref|), and how many there are."""
+    def _misfit(self, run: Run, exp: Expected) -> tuple[int, int]:
+        """Layer 0's printed q and kqv elements beyond print precision (5e-5 + 2^-20|ref|), and how many there are
+        (run.probe: those of the run's first evaluation)."""
         beyond = total = 0
-        for m in L.mapped:
-            if m.quantity not in ("q", "kqv") or L.flash or m.node.cut:
-                continue
-            s = parse_sample(m.node, self.source)
-            ref = exp.value(m.quantity, m.role, 0)
-            g = locate(CANONICAL[m.quantity], m.labels, m.node.ne, n_past, L.T, tuple(s.index[1:]), ref.shape)
+        for m, s, n_past, T in run.probe:
+            ref = exp.value(m.quantity, m.role, 0, key=m.key)
+            g = locate(CANONICAL[m.quantity], m.labels, m.ne, n_past, T, tuple(s.index[1:]), ref.shape, m.via,
+                       m.before)
             if g is None:
                 continue
             want = g.take(ref)
@@ -210,7 +252,7 @@ class Runs:
                                 f"heads of D_h = {L.D_h}; {path} ({hp.arch}) has {hp.n_layer} layers, "
                                 f"{hp.n_head} query heads, {hp.n_head_kv} KV heads of D_h = {hp.head_dim}")
             for m in L.mapped:
-                if m.quantity == "rows":
+                if m.quantity == "rows" and m.key is None and not m.via:
                     width = {"result_output": hp.n_vocab, "kqv_unrot": hp.n_head * hp.head_dim}.get(m.role, hp.n_embd)
                     if m.node.ne[0] != width:
                         raise DumpError(self.source, m.node.line,
@@ -223,10 +265,14 @@ class Runs:
         if run is None:
             return
         self.finished.append({"run": run.index, "tokens": list(run.tokens), "tokens_from": run.origin,
-                              "kv_type": run.expected.kv_type if run.expected else None,
-                              "v_type": run.expected.v_type if run.expected else None, "queries_seen": run.T_seen,
+                              "kv_type": run.kv[0], "v_type": run.kv[1], "queries_seen": run.T_seen,
                               "arithmetic": run.arithmetic, "sums_of": run.sum_mode})
         self.current = None
         if complete and run.origin == "--tokens" and run.T_seen != len(run.tokens):
             raise DumpError(self.source, run.line, f"--tokens gives {len(run.tokens)} token ids, but the run's "
                                                    f"evaluations hold {run.T_seen} queries")
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest

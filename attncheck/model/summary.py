@@ -1,5 +1,5 @@
 """What `--model` keeps of a whole dump for the JSON `model` block: per checked node a note, coverage of the
-attention nodes, what was skipped, the first node beyond print precision and the first failing one."""
+attention nodes, the printed nodes counted and those not compared with why, the first node beyond print precision and the first failing one."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,19 +23,66 @@ class NodeNote:
     nmse: float
     beyond_print: int
     passed: bool
-    tau_needed: float | None = None  # cascade nodes: the TAU their worst element needed
+    tau_needed: float | None = None  # cascade nodes: the largest z (the gross factor its worst value needed)
+    median: float | None = None  # cascade nodes: the median z over its printed values (what `systematic` reads)
+    cls: str = ""  # scores | values
+    ref_layer: int | None = None
+    z: tuple[float, ...] = ()  # cascade nodes: every printed value's z, largest first (calibration reads them)
+    need: float = 0.0  # the factor its bound would have needed (CheckResult.ratio)
+    n: int = 0  # elements compared
+    bound: float = 0.0  # the median bound of its elements: the smallest single move caught there, typically
+    rms: float = 0.0  # the rms of its printed reference values
+
+
+UNCHECKED_LISTED = 1000  # unchecked nodes the JSON lists one by one (all are counted by reason)
 
 
 @dataclass
 class Summary:
     notes: list[NodeNote] = field(default_factory=list)
     coverage: dict[str, dict[str, int]] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)
+    printed: int = 0  # printed nodes of the evaluations seen (a quantized cache prints none)
+    checked: int = 0  # of them, compared with the reference
+    unchecked: list[tuple[int, int, str, str]] = field(default_factory=list)  # (evaluation, line, node, why)
+
+    def count(self, ev) -> None:
+        """Count an evaluation's printed nodes (work.Evaluation); those not compared keep their reason (`why`: ""
+        = compared; a node absent from it has no place in the reference forward pass)."""
+        for line, name, op, quantized, cut, role in ev.nodes:
+            if quantized:
+                continue
+            self.printed += 1
+            reason = ev.why.get(line)
+            if reason == "":
+                self.checked += 1
+                continue
+            if reason is None and cut:
+                reason = "the dump ends inside it"
+            if reason is None:
+                reason = f"no node of the reference forward pass is at its place ({role + ', ' if role else ''}{op})"
+            self.unchecked.append((ev.index, line, name, reason))
+
+    def unchecked_list(self) -> dict:
+        """Unchecked nodes: the count by reason, and the first UNCHECKED_LISTED one by one."""
+        by: dict[str, int] = {}
+        for *_, why in self.unchecked:
+            by[why] = by.get(why, 0) + 1
+        return {"by_reason": dict(sorted(by.items(), key=lambda kv: -kv[1])),
+                "nodes": [{"evaluation": e, "line": line, "node": name, "why": why}
+                          for e, line, name, why in self.unchecked[:UNCHECKED_LISTED]]}
 
     def note(self, evaluation: int, layer: int, node, res: CheckResult, error_model: str, beyond: int,
-             tau_needed: float | None = None) -> None:
+             z: np.ndarray | None = None, cls: str = "", ref_layer: int | None = None, bound: float = 0.0,
+             rms: float = 0.0) -> None:
+        need = med = None
+        zs: tuple[float, ...] = ()
+        if z is not None and z.size:
+            srt = np.sort(z.ravel())[::-1]
+            need, med = float(srt[0]), float(np.median(srt))
+            zs = tuple(float(f"{v:.3g}") for v in srt)
         self.notes.append(NodeNote(evaluation, layer, node.name, node.line, res.check, error_model, res.max_error,
-                                   res.nmse, beyond, res.passed, tau_needed))
+                                   res.nmse, beyond, res.passed, need, med, cls, ref_layer, zs, res.ratio, res.checked,
+                                   bound, rms))
 
     def cover(self, role: str, shape: tuple[int, ...], keep: np.ndarray, labels: tuple[str, str, str]) -> None:
         """Count printed elements and query rows (head × query) of kq, kq_soft_max and FLASH_ATTN_EXT checked."""
@@ -69,23 +116,23 @@ class Summary:
                 for k, v in sorted(kinds.items())}
 
     def cascade(self) -> dict:
-        """What the cascade allowance needed (bounds.TAU): overall and per layer, the largest TAU a
-        node's worst element needed and the largest NMSE, with the node that needed the most."""
+        """What the deep-layer verdict needed (bounds.CASCADE): overall, per check and per layer, the largest z of
+        any value (what `gross` must exceed) and the largest median z of a node (what `systematic` must exceed)."""
         notes = [n for n in self.notes if n.tau_needed is not None]
         if not notes:
             return {}
         worst = max(notes, key=lambda n: n.tau_needed)
-        layers: dict[int, dict] = {}
-        for n in notes:
-            d = layers.setdefault(n.layer, {"layer": n.layer, "tau_needed": 0.0, "nmse": 0.0})
-            d["tau_needed"] = max(d["tau_needed"], n.tau_needed)
-            d["nmse"] = max(d["nmse"], n.nmse)
-        kinds: dict[str, dict] = {}
-        for n in notes:
-            d = kinds.setdefault(n.check, {"tau_needed": 0.0, "nmse": 0.0})
-            d["tau_needed"], d["nmse"] = max(d["tau_needed"], n.tau_needed), max(d["nmse"], n.nmse)
-        return {"tau_needed": json_number(worst.tau_needed), "nmse": json_number(max(n.nmse for n in notes)),
+
+        def fold(key) -> list[dict]:
+            out: dict = {}
+            for n in notes:
+                d = out.setdefault(key(n), {"gross_needed": 0.0, "systematic_needed": 0.0, "nmse": 0.0})
+                d["gross_needed"] = max(d["gross_needed"], n.tau_needed)
+                d["systematic_needed"] = max(d["systematic_needed"], n.median or 0.0)
+                d["nmse"] = max(d["nmse"], n.nmse)
+            return [{"at": k, **{a: json_number(b) for a, b in v.items()}} for k, v in sorted(out.items())]
+
+        return {"gross_needed": json_number(worst.tau_needed),
+                "systematic_needed": json_number(max(n.median or 0.0 for n in notes)),
                 "at": {"evaluation": worst.evaluation, "layer": worst.layer, "node": worst.node, "check": worst.check},
-                "by_check": {k: {a: json_number(b) for a, b in v.items()} for k, v in sorted(kinds.items())},
-                "by_layer": [{k: json_number(v) if isinstance(v, float) else v for k, v in d.items()}
-                             for _, d in sorted(layers.items())]}
+                "by_check": fold(lambda n: n.check), "by_layer": fold(lambda n: n.layer)}

@@ -10,7 +10,9 @@ syntax each binary takes (attncheck.run.flash_attn_off_args reads it from `--hel
 before the last node (today's asynchronous logger loses its tail at exit) is made again, up to 5 times; the
 longest output is kept.
 
-The two sets share no (model, prompt) case: calibration measures the allowance, confirmation checks it.
+The sets share no (model, prompt) case: calibration and confirmation measured the allowance (A, P, the factors),
+holdout confirms it on prompts, lengths, -ub and cache types neither saw (`--case` picks cases: ESSAY is too long
+for a random model's context).
 """
 from __future__ import annotations
 
@@ -30,11 +32,37 @@ LONG = ("The history of the old harbour town began in the twelfth century, when 
         "and timber with merchants from many distant lands.")
 HELLO = "Hello my name is the river bank, and we like money."
 BANK = "The bank of the river was too tired, and I like to verify every number in a head."
+# the held-out set: prompts, lengths (2 to 300 tokens), -ub and cache types the two sets above never used. A
+# random model (scripts/make_arch_models.py's byte-level vocabulary) reads a word it does not list byte by byte, so
+# STORY is about 110 tokens there and LIBRARY about 300; SmolLM2's tokenizer makes them about 25 and 70, and ESSAY
+# (too long for a random model's 512-token context) about 300.
+TWO, FOUR, FIVE = "We verify", "We like the cat", "The river was too tired"
+MID = "We like to verify every number in the attention head, and the cat sat on the mat because it was too tired."
+STORY = ("A quiet library stood at the end of the lane; its keeper counted books by candlelight and wrote each title "
+         "twice.")
+LIBRARY = ("A quiet library stood at the end of the lane, and its keeper counted the books by candlelight every "
+           "evening. He wrote each title twice, once in a ledger and once on a card, because he trusted neither alone. "
+           "Travellers who passed through the valley stopped to read by his fire, and some of them left a book behind "
+           "in payment for the warmth and the light.")
+ESSAY = " ".join([LIBRARY, (
+    "In spring the river rose and the lane flooded, so the keeper carried the oldest volumes to the attic one armful at "
+    "a time. He counted them again as he stacked them under the roof, and again when the water fell and he carried "
+    "them down. The numbers always agreed, and he was quietly proud of that. Children from the farms came on rainy "
+    "afternoons to hear him read aloud; he chose stories of ships and mountains and distant cities, and he never "
+    "finished one in a single day, so that they would return. Years later one of those children became a teacher in "
+    "the town, and she sent her own pupils up the lane with a list of questions and a basket of bread. The keeper "
+    "answered every question in writing, slowly and carefully, and the answers were kept in a box that still sits on "
+    "a shelf near the door.")])
 SETS = {  # case name, prompt, extra flags
     "calibration": [("how-are-you", "How are you", ()), ("cat", CAT, ()),
                     ("draw-ub2", "I like to draw the cat", ("-ub", "2")), ("verify", VERIFY, ()),
                     ("cat-ctk-f32", CAT, ("-ctk", "f32")), ("long-ub7", LONG, ("-ub", "7"))],
     "confirmation": [("hello", HELLO, ()), ("hello-ub3", HELLO, ("-ub", "3")), ("bank-ub5", BANK, ("-ub", "5"))],
+    "holdout": [("two-ub1", TWO, ("-ub", "1")), ("four", FOUR, ()), ("five-ub1", FIVE, ("-ub", "1")),
+                ("five-ctk-q8", FIVE, ("-ctk", "q8_0")), ("mid-ub7", MID, ("-ub", "7")),
+                ("mid-ctk-f32", MID, ("-ctk", "f32")), ("story-ub32", STORY, ("-ub", "32")),
+                ("library-ub32", LIBRARY, ("-ub", "32")), ("library-ub7", LIBRARY, ("-ub", "7")),
+                ("essay-ub32", ESSAY, ("-ub", "32")), ("essay-ub7", ESSAY, ("-ub", "7"))],
 }
 ATTEMPTS = 20  # llama.cpp's logger loses the tail at exit in up to 7 of 12 runs of a small model
 

@@ -1,6 +1,7 @@
 """Two dumps → per-node differences: nodes matched by (run, evaluation, layer, role), compared on the elements
 printed in both (measure.py) under a tolerance (nodes.py: the drift of correct builds by default, drift.py; for
-softmax weights, their scores' drift through the softmax, softmax.py), and the first node where the builds diverge;
+softmax weights, their scores' drift through the softmax, softmax.py; for kqv and kqv_out, the drift of V and of the
+scores through the weighted mean, mean.py), and the first node where the builds diverge;
 and each dump checked as `attncheck check` checks it (sides.py). Result objects only; render.py prints them.
 
 The verdict: a NEW that check fails is a regression whatever the drift; so is a node beyond the tolerance (less
@@ -25,6 +26,8 @@ from .drift import DriftModel, Unit, cache_types, elementwise, roundings
 from .measure import measure, store_scales, sum_diff
 from .nodes import (ATOL, DRIFT_ORIGIN, EXACT, NMSE_MAX, NMSE_OTHER, NOT_COMPUTING, RTOL, NodeDiff, NodeRef, SumDiff,
                     Tolerance, Unmatched)
+from . import mean
+from .mean import ROW_ROLES, weighted_mean
 from .softmax import NO_SCORES, SCORE_ROLES, pending
 
 __all__ = ["ATOL", "DRIFT_ORIGIN", "EXACT", "NMSE_MAX", "NMSE_OTHER", "RTOL", "DiffReport", "NodeDiff", "NodeRef",
@@ -204,7 +207,9 @@ def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool
         rep.sides = (rep.reference.old, rep.reference.new)
     elif check:
         rep.sides = check_both(rep, jobs)
-    settle(rep.nodes, kq_scales(rep.sides), tolerance)
+    scales = kq_scales(rep.sides)
+    settle(rep.nodes, scales, tolerance)
+    mean.settle(rep.nodes, scales, rep.model, tolerance)
     return rep
 
 
@@ -268,6 +273,7 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
     matched: set[int] = set()
     partner: dict[int, Node] = {}  # id(OLD node) -> the NEW node it was matched with
     floors = store_scales(ea, ra, src_a) if rep.model is not None else {}
+    sites = mean.Sites()  # per layer, the drift of the scores and V rows a weighted mean averages through
     T_short = min(t for t in (ea.T, eb.T) if t is not None) if (ea.T or eb.T) is not None else None
     geometries: dict = {}
     scores: dict[int, tuple[NodeDiff, Aligned]] = {}  # id(OLD node) → its diff and elements, of what SOFT_MAX reads
@@ -301,6 +307,13 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
                 both = s is not None and id(s) in scores and partner.get(id(s)) is b.inputs[0]
                 nd.pending = pending(al, scores[id(s)][1], scores[id(s)][0], rep.tolerance) if both else None
                 nd.note = "" if nd.pending is not None else NO_SCORES
+                if both:
+                    sites.scores(scores[id(s)][0], scores[id(s)][1], b.ne[0], rep.tolerance)
+            elif role.name in ROW_ROLES:
+                sites.rows(nd, al, rep.tolerance)
+            elif weighted_mean(role.name):
+                nd.pending = sites.pending(role.layer, al, floors.get((role.layer, "v_store")))
+                nd.note = "" if nd.pending is not None else mean.NO_SCORES
         rep.nodes.append(nd)
     rep.only += [Unmatched(eb.index, eb.run, "new", rb.role(n), n.ref) for n in eb.nodes if id(n) not in matched]
 

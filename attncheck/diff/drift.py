@@ -20,11 +20,12 @@ norms, softmax and residual additions, so the drift of a node, relative to its p
 
     |new − old| ≤ 1e-4 + 2^-16·|x| + A · u · n^P · s
 
-times MEAN_FACTOR for the weighted means of V (kqv, kqv_out, flash attention, and attn_out, their projection),
-whose rms is below that of the rows they carry. Softmax weights move with their own size, not the node's rms: their
-allowance is derived from their row's scores through the softmax (softmax.py); where no scores node is printed in
-both dumps, each weight's own size in place of s, times SOFTMAX_FACTOR. A cache write prints a handful of values:
-its s is that of the K or V it writes (SOURCE_OF).
+times MEAN_FACTOR for the weighted means of V (flash attention, and attn_out, their projection), whose rms is below
+that of the rows they carry. kqv and kqv_out, whose scores and V rows are printed, have an allowance derived from the
+measured drift of those (mean.py); MEAN_FACTOR where they are not printed. Softmax weights move with their own size,
+not the node's rms: their allowance is derived from their row's scores through the softmax (softmax.py); where no
+scores node is printed in both dumps, each weight's own size in place of s, times SOFTMAX_FACTOR. A cache write
+prints a handful of values: its s is that of the K or V it writes (SOURCE_OF).
 
 The first two terms are the print precision (`--exact`); u and n are derived from the weight types (the GGUF given
 with --model, else the 2024 log's `llama_model_loader: - type` lines, else Q8_K, the coarsest) and the graph; A, P

@@ -98,8 +98,9 @@ class NodeDiff:
     roundings: int = 0  # drift model: activation roundings on the node's path (the larger of the two graphs)
     allowed: float = 0.0  # drift model: |new − old| allowed beyond print precision, as a fraction of scale
     drift: float = 0.0  # the largest |new − old| beyond print precision, as a fraction of scale
-    note: str = ""  # where the allowance came from, when it is not the drift model's own (softmax weights)
-    pending: object | None = None  # softmax.Pending: the weights' rows until the site's kq_scale is known
+    note: str = ""  # where the allowance came from, when it is not the drift model's own (softmax weights, means)
+    weights: float = 0.0  # of allowed, the part that is the weights' move (mean.py's weighted means of V)
+    pending: object | None = None  # softmax.Pending or mean.Pending: what the allowance needs until kq_scale is known
 
     @property
     def scale_kind(self) -> str:

@@ -10,10 +10,12 @@ from .compare import NMSE_MAX, NMSE_OTHER, DiffReport, NodeDiff
 from ..errors import markup as escape, printable
 from ..check.columns import NEVER, Col, fit
 from .drift import MEAN_FACTOR, MEAN_ROLES, SOFTMAX_FACTOR
+from .mean import WEIGHTED_MEANS, weighted_mean
 from .render_drift import drift_table, per_layer
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED, SCHEMA
 from ..results import json_number
 
+FACTOR_ONLY = tuple(r for r in MEAN_ROLES if not weighted_mean(r))  # means whose scores are never printed
 LIST_LIMIT = 20  # one-dump-only nodes and divergences listed without --verbose
 
 
@@ -25,7 +27,9 @@ def tolerance_line(rep: DiffReport) -> str:
     if rep.model is not None:
         m, u = rep.model, rep.model.unit
         return (f"tolerance: the drift of correct builds, |new − old| ≤ {t.atol:g} + {t.rtol:.3g}·|x| + "
-                f"{m.a:g}·u·n^{m.p:g}·rms (×{MEAN_FACTOR:g} for {', '.join(MEAN_ROLES)}; softmax weights: "
+                f"{m.a:g}·u·n^{m.p:g}·rms (×{MEAN_FACTOR:g} for {', '.join(FACTOR_ONLY)}; "
+                f"{', '.join(WEIGHTED_MEANS)}: D_V + (e^R − 1)·v + rounding, D_V and v their V rows' drift and rms, "
+                f"R their scores' spread × kq_scale, or ×{MEAN_FACTOR:g} where none are printed; softmax weights: "
                 f"p·(e^(|Δx|+L) − 1), their scores' drift through the softmax, or ×{SOFTMAX_FACTOR:g} of their "
                 f"own size where no scores are printed), n the activation roundings before the node, "
                 f"u = 2^{math.log2(u.value):.2f}: {u.origin}")

@@ -92,7 +92,7 @@ def settle(nodes: list[NodeDiff], scales: dict[tuple[int, int], tuple[float, str
     (scale, where it was pinned)), or say why it keeps drift.py's."""
     for nd in nodes:
         pd = nd.pending
-        if pd is None:
+        if not isinstance(pd, Pending):
             continue
         nd.pending = None
         got = scales.get((nd.evaluation, nd.role.layer))

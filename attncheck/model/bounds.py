@@ -39,7 +39,9 @@ Error model (per node, the JSON says which applied; terms in expect.py and layer
   non-decreasing with depth, and confirmed on `wide-confirm` and leaving each model out in turn (CASCADE's comment
   has the figures).
 - "+flash": FLASH_ATTN_EXT adds its kernel's arithmetic (f16 accumulation of P·V, P not rounded, f32 q in the tiled
-  kernel), in every layer.
+  kernel) to its output, in every layer. What reads that output (the output projection on) is compared with a
+  reference that reads the kernel's output as the kernel computed it (flash.py: it agrees with the printed output to
+  print precision), so the cascade allowance there is that of a run without flash attention.
 - sums: the f32 accumulation of the printed `sum` (n·2^-24·Σ|x| + 5e-7) plus, derived, every element's allowance,
   or, cascade, gross·sqrt(n·Σref²). Dumps from before llama.cpp PR #15637 summed the printed values only; which
   meaning a run uses is decided by the first derived node whose tight bound tells them apart.

@@ -116,28 +116,30 @@ def _scores(kq: np.ndarray, hp: Hparams) -> np.ndarray:
 def _one_chunk_f16(s: np.ndarray, vh: np.ndarray, visible: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """s [H, R, T] scores of the query positions `rows` (ascending), vh [H, D_v, T], visible [R, T] → [H, R, D_v]:
     ggml_compute_forward_flash_attn_ext_f16_one_chunk with an f16 V. Per slot in order, masked slots skipped: on a
-    new maximum M the f16 accumulator is scaled by expf(M_old − M) (vec_scale_f16: f32 product rounded to f16), then
-    V_j·expf(s_j − M) is added (vec_mad_f16: an f32 FMA rounded to f16); S = S·ms + vs in f32; the output is
-    f32(acc) · (1/S)."""
+    new maximum M the f16 accumulator is scaled by expf(M_old − M) (vec_scale_f16: the f32 product rounded to f16),
+    then V_j·expf(s_j − M) is added (vec_mad_f16: an f32 FMA rounded to f16; in f64 here, exact before the one
+    rounding); S = S·ms + vs in f32; the output is f32(acc) · (1/S)."""
     h, r, _ = s.shape
-    acc = np.zeros((h, r, vh.shape[1]), F32)  # holds f16 values
+    acc = np.zeros((h, r, vh.shape[1]), F64)  # holds f16 values
+    v = np.ascontiguousarray(np.moveaxis(np.asarray(vh, F64), -1, 0))  # [T, H, D_v]
     m = np.full((h, r), -np.inf, F32)
     total = np.zeros((h, r), F32)
     with np.errstate(invalid="ignore", over="ignore"):
         for j in range(int(rows[-1]) + 1):
             lo = int(np.searchsorted(rows, j))  # causal: rows before j never see slot j
-            live = visible[lo:, j][None, :] & np.ones((h, 1), bool)  # [H, R']
-            if not live.any():
-                continue
+            live = np.broadcast_to(visible[lo:, j], (h, r - lo))  # [H, R']
             sj, mo = s[:, lo:, j], m[:, lo:]
             new = live & (sj > mo)
             mn = np.where(new, sj, mo)
             ms = np.where(new, np.exp((mo - mn).astype(F32)), F32(1)).astype(F32)
-            vs = np.where(new, F32(1), np.exp((sj - mn).astype(F32))).astype(F32)
-            a = acc[:, lo:]
-            scaled = np.where(new[..., None], round_f16((a * ms[..., None]).astype(F32)), a)
-            added = round_f16((scaled.astype(F64) + vh[:, None, :, j].astype(F64) * vs[..., None]).astype(F32))
-            acc[:, lo:] = np.where(live[..., None], added, a)
-            total[:, lo:] = np.where(live, (total[:, lo:] * ms + vs).astype(F32), total[:, lo:])
-            m[:, lo:] = np.where(live, mn, mo)
-    return (acc * (F32(1) / total)[..., None]).astype(F32)
+            vs = np.where(live, np.where(new, F32(1), np.exp((sj - mn).astype(F32))), F32(0)).astype(F32)
+            if new.any():  # rare after the first slots: scale only the rows with a new maximum
+                hi, ri = np.nonzero(new)
+                a = acc[hi, lo + ri]
+                acc[hi, lo + ri] = round_f16((a * ms[hi, ri][:, None]).astype(F32))
+            add = v[j][:, None, :] * vs[..., None].astype(F64)  # a masked slot adds 0: the accumulator is unchanged
+            add += acc[:, lo:]
+            acc[:, lo:] = add.astype(F32).astype(np.float16)  # f32 first: its ties decide as llama.cpp's do
+            total[:, lo:] = (total[:, lo:] * ms + vs).astype(F32)
+            m[:, lo:] = mn
+    return (acc.astype(F32) * (F32(1) / total)[..., None]).astype(F32)

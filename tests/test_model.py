@@ -69,8 +69,10 @@ def test_every_dump_passes_with_its_model(entry):
     assert {c["error_model"] for _, c in model_checks(doc)} <= set(m["error_models"])
     layers = {s["layer"] for s in doc["sites"]}
     assert layers == {0, 1}
-    # every printed node is compared at its own place, but a node the dump ends inside (the logger's lost tail)
-    assert set(m["unchecked"]["by_reason"]) <= {"the dump ends inside it"}
+    # every printed node is compared at its own place, but a node the dump ends inside (the logger's lost tail) and
+    # those the manifest names as not placed yet, with why
+    known = entry.get("unchecked", {})
+    assert {k: v for k, v in m["unchecked"]["by_reason"].items() if k != "the dump ends inside it"} == known
     assert m["nodes_checked"] + sum(m["unchecked"]["by_reason"].values()) == m["nodes_printed"] >= 60
     for s in doc["sites"]:
         checks = {c["check"] for c in s["checks"]}

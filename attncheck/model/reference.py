@@ -56,6 +56,7 @@ class Reference:
     # a role's value after each of its nodes, from its weight MUL_MAT on, where it has more than one (attn_out with a
     # bias; the logits: bias, logit scale, soft-cap); the last is tensors[(layer, role)]
     steps: Mapping[tuple[int | None, str], tuple[np.ndarray, ...]] = field(default_factory=dict)
+    fa: flash.Plan | None = None  # the flash-attention kernel of each position (flash.py); None without
 
     @property
     def n_tokens(self) -> int:
@@ -278,7 +279,7 @@ def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16",
 
     def part() -> Reference:
         ref = Reference(hparams=hp, tokens=tuple(toks), kv_type=kv_type, tensors=run.out, f16_src1=f16_src1,
-                        cache=cache, vocab_cols=run.cols, steps=run.steps)
+                        cache=cache, vocab_cols=run.cols, steps=run.steps, fa=fa)
         run.out, run.steps = {}, {}
         return ref
 
@@ -314,4 +315,4 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type
         steps.update(ref.steps)
     assert ref is not None
     return Reference(hparams=ref.hparams, tokens=ref.tokens, kv_type=kv_type, tensors=tensors, f16_src1=f16_src1,
-                     cache=ref.cache, vocab_cols=ref.vocab_cols, steps=steps)
+                     cache=ref.cache, vocab_cols=ref.vocab_cols, steps=steps, fa=fa)

@@ -5,7 +5,8 @@ JSON shows kq and every printed query row of every printed head checked.
 
 One printed value moved in a copy of a real dump (tests/dumpedit.py) fails with exit 1 naming the node, layer,
 head and position. The moves are made in layer 0, where the bounds are derived (print precision, f32 summation
-noise, rare rounding flips) and tight: about 1e-2 on kq, 1e-3 on kqv, 1e-4 on q and kq_soft_max. Past layer 0 the
+noise, the roundings a value within that noise can take the other way) and tight: about 1e-3 on kq and kqv, 1e-4
+on q and kq_soft_max. Past layer 0 the
 bound is the measured cascade allowance TAU·rms(node) (attncheck/model/bounds.py), by the run's activations and KV
 cache type and the node's class: test_layer1_within_the_cascade_bound moves layer-1 values by 3 times and by a tenth
 of it.
@@ -175,8 +176,12 @@ def test_error_models_and_first_divergent_node_in_json():
     by = {(s["layer"], c["node"]): c for s, c in model_checks(doc) if c["check"] != "model_sum"}
     assert by[(0, "kq-0")]["error_model"] == "derived" and by[(1, "kq-1")]["error_model"] == "cascade"
     assert by[(0, "l_out-0")]["error_model"] == "cascade"
-    first = m["first_beyond_print"]  # layer 0's kq has rounding flips (q rounded to f16 before k·q)
-    assert first["node"] == "kq-0" and first["layer"] == 0 and 0 < first["beyond_print"] <= 0.1 * 216
+    # layer 0's roundings (q to f16 before k·q, ...) lie within its derived bound, so the first node beyond print
+    # and that bound is the first of the cascade: after layer 0's attention
+    first = m["first_beyond_print"]
+    assert first["layer"] == 0 and first["beyond_print"] > 0
+    assert by[(0, first["node"])]["error_model"] == "cascade"
+    assert all(by[(0, n)]["failed"] == 0 for n in ("kq-0", "kq_soft_max-0", "kqv-0"))
     assert m["first_failed"] is None
 
 

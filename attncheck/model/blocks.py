@@ -37,9 +37,10 @@ def layer_norm(x: np.ndarray, eps: float) -> np.ndarray:
 
 
 def rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
-    """GGML RMS_NORM over the last axis: sum of squares in double, scale 1/sqrtf(mean + eps) in f32."""
+    """GGML RMS_NORM over the last axis: the f32 squares summed in double in order (as ggml's loop, so that every
+    build computes the same value), scale 1/sqrtf(mean + eps) in f32."""
     n = x.shape[-1]
-    mean = ((x * x).astype(F64).sum(-1, keepdims=True) / n).astype(F32)
+    mean = (np.cumsum((x * x).astype(F64), axis=-1)[..., -1:] / n).astype(F32)
     scale = F32(1) / np.sqrt(mean + F32(eps))
     return (x * scale).astype(F32)
 

@@ -11,19 +11,17 @@ Error model (per node, the JSON says which applied; terms in expect.py and layer
 
 - always, per element: 5e-5 (the `%12.4f` print) + 2^-20·|ref| (the last f32 rounding).
 - "derived": layer 0's attention (the q/k/v projections and every node up to kqv_out), inp_embd and attn_norm,
-  whose inputs llama.cpp and the reference share up to f32 noise. Adds the f32 summation noise (a float weight's
-  n products in SIMD lanes: (n/8 + 4)·2^-24·Σ|terms|; a quantized one's exact integer blocks summed in f32: one term
-  per block) and its effect downstream, and the rounding flips: a value llama.cpp rounds (q to the K cache's vec_dot
-  format, K and V stored, P before P·V) lands on the other side of a rounding midpoint than the reference with
-  chance up to 2·noise/step, and moves by one step. Each flip is an independent event of either sign; per element
-  their sum is bounded by min(Bernstein's sqrt(2VL) + (2/3)ML, K·M) (V = Σ P e², M the largest effect, L = ln 1/EPS,
-  K the Poisson count of the expected flips exceeded with chance EPS = 1e-9), through softmax's and P·V's
-  derivatives: the bound does not grow with the row. The flip allowance is used by as many printed elements as flips
-  are expected to touch, counted (the same Poisson bound of their sum), not by a share of the elements: beyond that
-  count none may use it. NMSE of the errors beyond the print's rounding <= 5e-4, test-backend-ops' bound for one
-  MUL_MAT.
-- "cascade": everything after layer 0's attention. A flip changes a value that later conversions round again (the
-  next weight MUL_MAT's input quantized to 8-bit blocks or rounded to f16, q and P rounded, K and V stored in the
+  whose inputs llama.cpp and the reference share up to f32 noise. Adds, as worst-case bounds (layer0.py): the f32
+  summation noise (a float weight's n products in SIMD lanes: (n/8 + 4)·2^-24·Σ|terms|; a quantized one's exact
+  integer blocks summed in f32: one term per block) and its effect downstream; and the roundings llama.cpp makes
+  (attn_norm's output into each projection's vec_dot format, q into the K cache's, K and V stored, P before P·V):
+  a value within the noise of the reference's rounds the other way only where a rounding midpoint lies within that
+  noise of the reference's value, which the reference says exactly (steps.deviation), and then by whole steps;
+  each such deviation is added in full, through k·q, softmax (exactly, by a p-weighted mean that does not grow with
+  the row) and P·V. A row clear of every midpoint keeps print precision plus f32 noise. NMSE of the errors beyond
+  the print's rounding <= 5e-4, test-backend-ops' bound for one MUL_MAT.
+- "cascade": everything after layer 0's attention. A rounding the other way changes a value that later
+  conversions round again (the next weight MUL_MAT's input quantized to 8-bit blocks or rounded to f16, q and P rounded, K and V stored in the
   cache type), so disagreements grow with depth and, past a few layers, make llama.cpp and the reference diverge
   chaotically: one element can move a lot while the node as a whole stays close. Each printed value's excess over
   print and f32 rounding is measured in units of the value's allowance unit, z = (|err| − rounding) / unit, the unit
@@ -82,9 +80,9 @@ DERIVED = ("Qcur", "q_scaled", "q", "Kcur", "Krot", "Vcur", "Vrot", "k", "v", "k
            "kqv")  # quantities held to the layer-0 bound
 DERIVED_ROWS = ("inp_embd", "inp_pos", "attn_norm", "qkv")
 ERROR_MODELS = {
-    "derived": "5e-5 + 2^-20|ref| + f32 summation noise + layer-0 rounding flips (q, P to the KV type; K, V "
-               "stored: their sum's Bernstein/Poisson bound at 1e-9) for as many printed elements as flips are "
-               "expected to touch (counted); NMSE beyond print <= 5e-4",
+    "derived": "5e-5 + 2^-20|ref| + f32 summation noise + every rounding a value within that noise can take the "
+               "other way (attn_norm to the weights' format, q to the K cache's, K and V stored, P before P·V: only "
+               "where a midpoint lies within the noise of the reference's value), in full; NMSE beyond print <= 5e-4",
     "cascade": "5e-5 + 2^-20|ref| + gross·unit per value, systematic·unit for more than half of them (unit: the "
                "value's rms over the whole reference, times a norm output's row gain); (systematic, gross) by the "
                "run's activations and KV cache type, the node's class and depth (model.cascade); NMSE reported",

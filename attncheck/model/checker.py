@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, replace
 from ..dump.graph import Evaluation
 from ..results import CheckResult, SiteReport
 from .bounds import CASCADE, DEPTH, ERROR_MODELS, NMSE_MAX, regime
-from .layer0 import EPS
 from .compare import NodeComparison
 from .expect import Expected
 from ..dump.paths import position_after_matmul
@@ -200,7 +199,6 @@ class ModelChecker:
                                           for r, why in sorted(self.without_ids.items())],
             "error_models": ERROR_MODELS,
             "activations": self.activations, **self._allowance(),
-            "flip_eps": EPS,
             "nodes_printed": s.printed,
             "nodes_checked": s.checked,
             "unchecked": s.unchecked_list(),

@@ -11,7 +11,6 @@ from .. import precision
 from ..dump.sample import Sample, parse_sample, row_line
 from ..results import CheckResult, Failure, Location, compare, compare_value, located
 from .bounds import F32_REL, NMSE_MAX, PRINT, cascade, node_class
-from .layer0 import poisson_bound
 from .grid import coords
 from .node_expectation import Expectation, expectation
 from .mapping import KV_QUANTITIES, Layer, Mapped
@@ -64,7 +63,7 @@ class NodeComparison:
         with np.errstate(invalid="ignore"):
             beyond = int(np.count_nonzero(~(err <= base)))
         z = None if e.derived else self._excess(e, keep, err, base)
-        bound, note = self._bound(e, keep, base, beyond, len(got), z, limits)
+        bound, note = self._bound(e, keep, base, z, limits)
         if m.role in ("kq", "kq_soft_max", "flash_attn") and m.quantity in ("kq", "kq_soft_max", "kqv"):
             self.summary.cover(m.role, s.values[0].shape, keep, m.labels)
         res = compare(check_name(m), node, got, want, bound, self._locator(m, s, np.nonzero(keep), L, n_past, T),
@@ -91,19 +90,12 @@ class NodeComparison:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(over > 0, np.where(unit > 0, over / np.where(unit > 0, unit, 1.0), np.inf), 0.0)
 
-    def _bound(self, e: Expectation, keep, base, beyond: int, n: int, z: np.ndarray | None,
+    def _bound(self, e: Expectation, keep, base, z: np.ndarray | None,
                limits: tuple[float, float]) -> tuple[np.ndarray, str]:
-        """Derived: the flips are allowed while few elements need them. Cascade (bounds.CASCADE): each value within
+        """Derived: base (print, f32, layer 0's noise and roundings). Cascade (bounds.CASCADE): each value within
         gross·unit, unless more than half are beyond systematic·unit, the node off as a whole: then systematic."""
         if e.derived:
-            if e.flips is None:
-                return base, ""
-            lam = float(np.sum(e.touched[keep])) if e.touched is not None else 0.0
-            allowed = min(n, int(poisson_bound(np.array([lam]))[0]))
-            if beyond <= allowed:
-                return base + e.flips[keep], ""
-            return base, (f"{beyond} of {n} printed elements are beyond print precision; the rounding flips expected "
-                          f"({lam:.3g}) explain at most {allowed}, so none is allowed")
+            return base, ""
         systematic, gross = limits
         unit = np.where(e.valid[keep], e.unit[keep], 0.0)  # type: ignore[index]
         live = e.valid[keep]
@@ -200,9 +192,7 @@ class NodeComparison:
         assert w is not None
         got = s.sums[0]
         own = F32_REL * w.magnitude + w.extra
-        if e.derived:
-            own += w.flips
-        else:
+        if not e.derived:
             own += gross * math.sqrt(w.n * w.squares)
         b_full = own + precision.sum_bound(w.n, w.magnitude)
         res = compare_value("model_sum", node, got, w.total, b_full, note="full tensor")

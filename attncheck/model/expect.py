@@ -5,7 +5,8 @@ equals llama.cpp's evaluation ubatch by ubatch (each ubatch reads the K/V the ea
 is the slice of positions [n_past, n_past + T). Arrays here span the run's T_all tokens; a slot axis has one entry
 per token (slot j holds the token at position j; grid.py places a printed view's n_kv slots in it).
 
-Layer 0's terms (f32 summation noise, rounding flips) are in layer0.py; the flash-attention kernel's in flash().
+Layer 0's terms (f32 summation noise, the roundings a value within that noise can take the other way) are in
+layer0.py; the flash-attention kernel's in flash().
 """
 from __future__ import annotations
 

@@ -1,29 +1,34 @@
-"""Layer 0's error terms, whose inputs llama.cpp and the reference share up to f32 noise (compare.py composes them).
+"""Layer 0's error terms, whose inputs llama.cpp and the reference share up to f32 noise (compare.py adds them to
+print precision). Every term is a worst-case bound; none is a chance.
 
-- noise(): f32 summation order. A dot product of n terms summed in at least 8 SIMD lanes (ggml's vec_dot kernels,
+- Noise, f32 summation order. A dot product of n terms summed in at least 8 SIMD lanes (ggml's vec_dot kernels,
   llamafile's tinyBLAS) errs by at most gamma(n) = (n/8 + 4)·2^-24 times Σ|terms|, whatever the order; the
-  reference sums exactly. Qcur/Kcur/Vcur: Σ_i |W_i||x_i| + |b| over n_embd (a RoPE pair adds its two; a q/k norm
-  passes it on scaled by its gain, plus its own scale's change); a q pre-scale scales it; a Hadamard rotation of
-  block n sums it over the block / sqrt(n). kq: Σ_d |q_d||k_d| over D_h, plus the noise of q and k themselves when the
-  cache is f32 (nothing rounds it away); the scores' soft-cap passes it on (tanh' <= 1); kq_soft_max: the score noise
-  through softmax, 2 p_j·scale·max Δs, and (n + 4)·2^-24·p_j of its own; kqv: Σ_j Δp_j |V_j| + gamma(n)·Σ_j P_j |V_j|
-  (+ Σ_j P_j ΔV_j for an f32 V).
-- flips(): rounding flips. llama.cpp converts q to the K cache's vec_dot format before k·q (f16, or Q8_0/Q8_1 blocks
-  for a quantized K) and P to the V cache's before P·V (f16 by default), and stores K and V rounded to the cache
-  type; noise can put a value on the other side of a rounding midpoint than the reference (one step of that format,
-  steps.py). Allowed: two q/k flips per score, dkq = 2·max_d max(step(q_d)|k_d|, |q_d| step(k_d)); their effect on
-  P, dp_j = 2 p_j·scale·max_j' dkq (softmax's derivative); on kqv one P flip, one V flip and dp: max_j step(P_j)|V_j|
-  + max_j P_j step(V_j) + Σ_j dp_j |V_j|; on the cache views one step. None for an f32 cache (nothing is rounded).
+  reference sums exactly. attn_norm: the norm's sums in another order (gamma(n) on the variance of a LayerNorm,
+  whose sum of squares ggml reduces in f32 lanes) and its few roundings. Qcur/Kcur/Vcur: Σ_i |W_i||x_i| + |b| over
+  n_embd (a RoPE pair adds its two; a q/k norm passes it on scaled by its gain, plus its own scale's change); a
+  q pre-scale scales it; a Hadamard rotation of block n sums it over the block / sqrt(n).
+- Rounding. llama.cpp rounds some of these values into a coarser format: attn_norm's output into each projection's
+  vec_dot format (f16 for f16 weights, Q8_0/Q8_1/Q8_K blocks for quantized ones), q into the K cache's vec_dot
+  format before k·q, K and V into the cache type, P into the V cache's float type before P·V. A value within the
+  noise N of the reference's rounds differently only where a rounding midpoint lies within N of the reference's
+  value, and then by whole steps (steps.deviation: found exactly from the reference's value, so most elements
+  have none). Each such deviation is added in full, every one the same way: on a projection Σ_i |W_oi|·dev(x_i)
+  over its row; on kq Σ_d dev(q_d)|k_jd| + |q_d|dev(k_jd) (+ dev·dev) and the dot product's own noise; on P
+  through softmax exactly, |Δp_j| <= p_j·(e^{s·D_j}·Σ_j' p_j' e^{s·D_j'} − 1) for score deviations D (s the
+  scale), which a p-weighted mean keeps from growing with the row; on kqv Σ_j dev(P_j)|V_j| + P_j dev(V_j) (+
+  dev·dev) and gamma(n)·Σ_j P_j|V_j|. A row whose values lie clear of every midpoint keeps print precision plus f32
+  noise, at any prompt length.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .matmul import vec_dot_type
-from .numerics import KV_QT
-from .steps import step
+from .numerics import KV_QT, block_mins
+from .steps import deviation, float_deviation
 
 U32 = 2.0**-24  # f32 unit roundoff
+PROJECTIONS = {"Qcur": "attn_q", "Kcur": "attn_k", "Vcur": "attn_v"}
 
 
 def gamma(n: int | np.ndarray) -> float | np.ndarray:
@@ -45,41 +50,99 @@ def _matmul_gamma(m, name: str, n: int) -> float:
     return (n / block + 4 + 4) * U32 + 3 * U32
 
 
-def _rotated(noise: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:
-    """[..., D] noise of a Hadamard rotation's input → its output's: Σ over each block of n / sqrt(n), plus the f32
-    roundings of the log2(n) butterfly stages over |x|."""
+def _rotated(noise: np.ndarray, x: np.ndarray, n: int, rounding: bool = True) -> np.ndarray:
+    """[..., D] noise of a Hadamard rotation's input → its output's: Σ over each block of n / sqrt(n), plus (rounding)
+    the f32 roundings of the log2(n) butterfly stages over |x|."""
     shape = noise.shape
     b = noise.reshape(*shape[:-1], -1, n).sum(-1, keepdims=True) / np.sqrt(n)
-    m = np.abs(x).reshape(*shape[:-1], -1, n).sum(-1, keepdims=True) / np.sqrt(n)
-    return np.broadcast_to(b + np.log2(n) * U32 * m, (*shape[:-1], shape[-1] // n, n)).reshape(shape)
+    if rounding:
+        m = np.abs(x).reshape(*shape[:-1], -1, n).sum(-1, keepdims=True) / np.sqrt(n)
+        b = b + np.log2(n) * U32 * m
+    return np.broadcast_to(b, (*shape[:-1], shape[-1] // n, n)).reshape(shape)
 
 
 class Layer0:
-    """Mixed into Expected: noise() and flips() of layer 0, from its reference (self.ref) and model."""
+    """Mixed into Expected: noise() of layer 0, from its reference (self.ref) and model."""
 
-    def _projection_noise(self) -> dict[str, np.ndarray]:
-        """Layer 0's Qcur [T, H, D_h], Kcur and Vcur [T, H_kv, D_h]: gamma(n_embd)·(Σ_i |W_i||x_i| + |b|), through
-        the q/k norms and RoPE."""
-        if "proj" in self._cache:
-            return self._cache["proj"]  # type: ignore[return-value]
+    # ---- the projections' inputs and outputs ---------------------------------------------------------------
+
+    def _x_noise(self) -> np.ndarray:
+        """[T, n_embd]: how far llama.cpp's attn_norm output can lie from the reference's. The input (the embedding
+        lookup) is shared exactly. ggml sums a norm's mean and an RMS norm's squares in double, in order, as the
+        reference does (blocks.py): an RMS norm's output is the same. A LayerNorm's squares are summed in f32 only
+        within one SIMD vector of at most 16 (then in double): its variance differs by at most 5·2^-24 of itself on
+        either side, the scale 1/sqrt(var + eps) by half that plus its own two roundings, the mean by one rounding;
+        the weight MUL and bias ADD then round once more each, on either side."""
+        r, hp = self.ref, self.ref.hparams
+        y = np.abs(np.asarray(r.get(0, "attn_norm"), np.float64))
+        if hp.forward.norm == "rms":
+            return np.zeros(y.shape)
+        if not r.has(0, "attn_norm@norm"):
+            return 16 * U32 * y
+        yn = np.abs(np.asarray(r.get(0, "attn_norm@norm"), np.float64))
+        x = np.asarray(self.norm_input("attn_norm", 0), np.float64)  # [T, n_embd]
+        mean = np.abs(x.mean(-1, keepdims=True))
+        sc = 1 / np.sqrt(x.var(-1, keepdims=True) + hp.norm_eps)
+        side = 5 * U32 * yn + U32 * mean * sc
+        w = np.abs(self.model.tensor("blk.0.attn_norm.weight")) if self.model.has("blk.0.attn_norm.weight") else 1.0
+        return 2 * side * w + 4 * U32 * y
+
+    def _x_format(self, name: str) -> str:
+        """The format a layer-0 projection's MUL_MAT converts attn_norm's output to (matmul.vec_dot_type)."""
+        from gguf import GGMLQuantizationType as QT
+
+        qtype = self.model.tensor_type(name)
+        return "f32" if qtype == QT.F16 and self.ref.f16_src1 == "f32" else vec_dot_type(qtype)
+
+    def _converted(self, name: str) -> np.ndarray:
+        """[T, out]: how far a layer-0 projection can move through its converted input: Σ_i |W_oi|·dev(x_i), dev the
+        deviation of attn_norm's output in the weight's vec_dot format (steps.deviation; the noise itself for f32
+        activations). Q4_1/Q5_1 weights multiply their block min by the Q8_1 block sum s = f16(d·Σq), whose own
+        deviation adds |m|·dev(s)."""
+        from gguf import GGMLQuantizationType as QT
+
+        x = np.asarray(self.ref.get(0, "attn_norm"), np.float64)
+        fmt = self._x_format(name)
+        dev = deviation(x, self._x_noise(), fmt)  # [T, n_embd]
+        if not dev.any():
+            return np.zeros((x.shape[0], self.model.matrix(name).shape[0]))
+        w = np.abs(self.model.matrix(name))
+        qtype = self.model.tensor_type(name)
+        if fmt != "q8_1" or qtype not in (QT.Q4_1, QT.Q5_1):
+            return dev @ w.T
+        mins = np.abs(block_mins(self.model.raw(name), qtype)).astype(np.float64)  # [out, n/32]
+        blocks = x.reshape(x.shape[0], -1, 32)
+        d = np.abs(blocks).max(-1) / 127
+        q_sum = np.abs(np.rint(blocks / np.where(d > 0, d, 1)[..., None]).sum(-1))
+        s_noise = dev.reshape(blocks.shape).sum(-1) + q_sum * d * 8 * U32
+        s_dev = float_deviation(d * q_sum, s_noise) + s_noise
+        return dev @ (w + np.repeat(mins, 32, axis=1)).T + s_dev @ mins.T
+
+    def _projections(self, kind: str) -> dict[str, np.ndarray]:
+        """Layer 0's Qcur [T, H, D_h], Kcur and Vcur [T, H_kv, D_h], through the q/k norms and RoPE, for one kind of
+        term: "noise" (f32 summation: gamma(n_embd)·(Σ_i |W_i||x_i| + |b|), and each op's rounding) or "converted"
+        (_converted: the input's rounding into the weights' format)."""
+        if ("proj", kind) in self._cache:
+            return self._cache[("proj", kind)]  # type: ignore[return-value]
         hp, m, r = self.ref.hparams, self.model, self.ref
+        noise = kind == "noise"
         x = np.abs(np.asarray(r.get(0, "attn_norm"), np.float64))  # [T, n_embd]
         t = x.shape[0]
 
-        def mag(prefix: str) -> np.ndarray:
+        def term(prefix: str) -> np.ndarray:
+            if not noise:
+                return self._converted(prefix + ".weight")
             y = x @ np.abs(m.matrix(prefix + ".weight")).T
             if m.has(prefix + ".bias"):
                 y = y + np.abs(m.tensor(prefix + ".bias"))
-            return y
+            return _matmul_gamma(m, prefix + ".weight", hp.n_embd) * y
 
         d, d_kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
         if m.has("blk.0.attn_qkv.weight"):
-            g = _matmul_gamma(m, "blk.0.attn_qkv.weight", hp.n_embd)
-            qkv = g * mag("blk.0.attn_qkv")
+            qkv = term("blk.0.attn_qkv")
             q, k, v = qkv[:, :d], qkv[:, d:d + d_kv], qkv[:, d + d_kv:]
         else:
-            q, k, v = (_matmul_gamma(m, f"blk.0.{w}.weight", hp.n_embd) * mag(f"blk.0.{w}")
-                       for w in ("attn_q", "attn_k", "attn_v"))
+            q, k, v = (term(f"blk.0.{w}") for w in PROJECTIONS.values())
         out = {"Qcur": q.reshape(t, hp.n_head, -1), "Kcur": k.reshape(t, hp.n_head_kv, -1),
                "Vcur": v.reshape(t, hp.n_head_kv, -1)}
         out["qkv"] = out["qkv@mm"] = np.concatenate([q, k, v], axis=-1)[None]  # fused: [1, T, width] (rows)
@@ -91,9 +154,11 @@ class Layer0:
                 ms = (p * p).mean(-1, keepdims=True) + hp.norm_eps
                 ds = (np.abs(p) * out[name]).mean(-1, keepdims=True) / ms  # |Δs / s|
                 wn = np.abs(m.tensor(f"blk.0.{w}.weight"))
-                raw = (out[name] + np.abs(p) * ds) / np.sqrt(ms) + 3 * U32 * np.abs(r.get(0, name + "@norm"))
+                raw = (out[name] + np.abs(p) * ds) / np.sqrt(ms)
+                if noise:
+                    raw = raw + 3 * U32 * np.abs(r.get(0, name + "@norm"))
                 out[name + "@norm"] = raw
-                out[name] = out[name + "@normw"] = wn * raw + U32 * np.abs(r.get(0, name + "@normw"))
+                out[name] = out[name + "@normw"] = wn * raw + (U32 * np.abs(r.get(0, name + "@normw")) if noise else 0)
         for name in ("Qcur", "Kcur") if hp.rope_dim else ():  # RoPE mixes each pair
             a, n = out[name].copy(), hp.rope_dim
             if hp.forward.positions == "rope_neox":
@@ -103,15 +168,17 @@ class Layer0:
                 pair = a[..., 0:n:2] + a[..., 1:n:2]
                 a[..., 0:n:2], a[..., 1:n:2] = pair, pair
             out[name] = a
-        self._cache["proj"] = out  # type: ignore[assignment]
+        self._cache[("proj", kind)] = out  # type: ignore[assignment]
         return out
 
     def _input_noise(self) -> dict[str, np.ndarray]:
-        """Layer 0's q_scaled, q (what kq reads), Krot and Vrot: the projections' noise scaled and rotated."""
+        """Everything by which layer 0's projections and the values kq and P·V read can lie from the reference's:
+        both kinds of _projections, then q_scaled, q (what kq reads), Krot and Vrot, scaled and rotated."""
         if "inputs" in self._cache:
             return self._cache["inputs"]  # type: ignore[return-value]
         r, hp, c = self.ref, self.ref.hparams, self.ref.cache
-        out = dict(self._projection_noise())
+        noise, conv = self._projections("noise"), self._projections("converted")
+        out = {name: noise[name] + conv[name] for name in noise}
         q = out["Qcur"]
         if hp.q_scale is not None:
             q = out["q_scaled"] = abs(hp.q_scale) * q + U32 * np.abs(r.get(0, "q_scaled"))
@@ -121,218 +188,76 @@ class Layer0:
         self._cache["inputs"] = out  # type: ignore[assignment]
         return out
 
+    # ---- the values attention reads, as llama.cpp rounds them -----------------------------------------------
+
+    def _read(self) -> dict[str, np.ndarray]:
+        """The deviations of what the attention MUL_MATs read: dq [H, T, D] (q in the K cache's vec_dot format), dk
+        [H, T, D] and dv [H, D, T] (K and V as stored, per query head), and the stored cache views' own: k [H_kv, T,
+        D], v [H_kv, D, T]."""
+        if "read" in self._cache:
+            return self._cache["read"]  # type: ignore[return-value]
+        r, inputs = self.ref, self._input_noise()
+        k_stored = np.asarray(r.get(0, "Krot") if r.has(0, "Krot") else r.get(0, "Kcur"), np.float64)  # [T, H_kv, D]
+        v_stored = np.asarray(r.get(0, "Vrot") if r.has(0, "Vrot") else r.get(0, "Vcur"), np.float64)
+        k_fmt = vec_dot_type(KV_QT[self.kv_type])
+        dq = deviation(np.asarray(r.get(0, "q"), np.float64), inputs["q"], k_fmt).transpose(1, 0, 2)
+        k = deviation(k_stored, inputs["Krot"], self.kv_type).transpose(1, 0, 2)  # [H_kv, T, D]
+        v = deviation(v_stored, inputs["Vrot"], self.v_type).transpose(1, 2, 0)  # [H_kv, D, T]
+        out = {"dq": dq, "k": k, "v": v, "dk": np.repeat(k, self.group, axis=0), "dv": np.repeat(v, self.group, axis=0)}
+        self._cache["read"] = out  # type: ignore[assignment]
+        return out
+
     def noise(self, quantity: str) -> np.ndarray | None:
-        """Layer 0's f32-noise bound for a quantity, canonical layout (module doc); None where there is none."""
+        """Layer 0's bound on |llama.cpp − reference| beyond print and the last f32 rounding, for a quantity in its
+        canonical layout (module doc); None where there is none."""
         key = ("noise", quantity)
         if key in self._cache:
             return self._cache[key]
         out: np.ndarray | None = None
-        exact_k, exact_v = self.kv_type == "f32", self.v_type == "f32"  # nothing rounds their noise away
         if quantity in self._input_noise():
             out = self._input_noise()[quantity]
-        elif quantity == "k" and exact_k:
-            out = self._input_noise()["Krot"].transpose(1, 0, 2)  # [H_kv, T, D_h]
-        elif quantity == "v" and exact_v:
-            out = self._input_noise()["Vrot"].transpose(1, 2, 0)  # [H_kv, D_h, T]
-        elif quantity in ("kq", "kq_scores", "kq_soft_max", "kqv"):
-            out = self._attention_noise(quantity, exact_k, exact_v).astype(np.float32)  # f32: see _attention_flips
-        elif quantity.startswith("kq_scores@"):  # kq/cap and its tanh (tanh' <= 1): kq's noise over the cap
+        elif quantity in ("k", "v"):
+            out = self._read()[quantity]
+        elif quantity in ("kq", "kq_scores", "kq_soft_max", "kqv", "kqv@flash"):
+            out = self._attention(quantity).astype(np.float32)
+        elif quantity.startswith("kq_scores@"):  # kq/cap and its tanh (tanh' <= 1): kq's bound over the cap
             cap = self.ref.hparams.softcap
             out = self.noise("kq") / cap + 4 * U32 * np.abs(self.ref.get(0, quantity))  # type: ignore[operator]
         self._cache[key] = out
         return out
 
-    def _attention_noise(self, quantity: str, exact_k: bool, exact_v: bool) -> np.ndarray:
+    def _attention(self, quantity: str) -> np.ndarray:
+        """kq, kq_scores, kq_soft_max [H, T, T] and kqv [H, T, D_v] (module doc); kqv@flash: FLASH_ATTN_EXT's, which
+        reads P unrounded (expect.flash() adds its kernel's own arithmetic)."""
         q, k, v, p = self._heads(0)
-        inputs = self._input_noise()
-        dkq = gamma(q.shape[-1]) * np.einsum("htd,hjd->htj", np.abs(q), np.abs(k))
-        if exact_k:
-            nq = inputs["q"].transpose(1, 0, 2)
-            nk = np.repeat(inputs["Krot"].transpose(1, 0, 2), self.group, axis=0)
-            dkq = dkq + np.einsum("htd,hjd->htj", nq, np.abs(k)) + np.einsum("htd,hjd->htj", np.abs(q), nk)
+        rd = self._read()
+        aq, ak = np.abs(q), np.abs(k)
+        dkq = (gamma(q.shape[-1]) * np.einsum("htd,hjd->htj", aq, ak) + np.einsum("htd,hjd->htj", rd["dq"], ak)
+               + np.einsum("htd,hjd->htj", aq, rd["dk"]) + np.einsum("htd,hjd->htj", rd["dq"], rd["dk"]))
         if quantity == "kq":
             return dkq
         cap = self.ref.hparams.softcap
         ds = dkq + 4 * U32 * (np.abs(self.ref.get(0, "kq_scores")) + cap) if cap else dkq  # tanh' <= 1
         if quantity == "kq_scores":
             return ds
-        n_vis = np.arange(1, p.shape[1] + 1, dtype=np.float64)[None, :, None]
-        dp = 2 * p * self.scale * self._row_max(ds) + (n_vis + 4) * U32 * p
+        t = p.shape[1]
+        vis = np.tri(t, dtype=bool)[None]
+        x = np.where(vis, np.minimum(self.scale * ds, 30.0), 0.0)  # score deviations in softmax's units
+        ex = np.exp(x)
+        mean = (p * ex).sum(-1, keepdims=True)  # Σ_j' p_j' e^{x_j'}: the normaliser's most
+        n_vis = np.arange(1, t + 1, dtype=np.float64)[None, :, None]
+        dp = np.where(vis, p * (ex * mean - 1) + (n_vis + 4) * U32 * p, 0.0)
         if quantity == "kq_soft_max":
             return dp
+        fmt = self._p_format() if quantity == "kqv" else "f32"
+        dpv = deviation(p, dp, fmt) if fmt != "f32" else dp  # P as P·V reads it
         av = np.abs(v)
-        out = np.einsum("htj,hdj->htd", dp, av) + gamma(n_vis) * np.einsum("htj,hdj->htd", p, av)
-        if exact_v:
-            nv = np.repeat(inputs["Vrot"].transpose(1, 2, 0), self.group, axis=0)
-            out = out + np.einsum("htj,hdj->htd", p, nv)
-        return out
-
-    # ---- rounding flips -------------------------------------------------------------------------------------
-
-    def _chances(self) -> dict[str, np.ndarray]:
-        """Per layer-0 value that llama.cpp rounds, the chance that it rounds to the other side of a midpoint than
-        the reference (up to 2·noise/step: noise() bounds how far llama.cpp's value can lie from the reference's) and
-        the step it then moves by (steps.py): q [H, T, D] as kq reads it, converted to the K cache's vec_dot format;
-        k [H, T, D] and v [H, D, T] as stored; P [H, T, T] rounded before P·V (f16/bf16 V, not flash)."""
-        if "chances" in self._cache:
-            return self._cache["chances"]  # type: ignore[return-value]
-        kt, vt = self.kv_type, self.v_type
-        inputs, r = self._input_noise(), self.ref
-        q, k, v, p = self._heads(0)
-
-        def chance(noise: np.ndarray, x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
-            st = step(x, fmt)
-            return np.clip(np.divide(2 * noise, st, out=np.zeros(np.shape(x)), where=st > 0), 0.0, 1.0), st
-
-        out = {}
-        out["Pq"], out["sq"] = chance(inputs["q"].transpose(1, 0, 2), q, vec_dot_type(KV_QT[kt]))
-        pk, sk = chance(inputs["Krot"].transpose(1, 0, 2), np.asarray(r.get(0, "k_cache")), kt)
-        out["Pk"], out["sk"] = np.repeat(pk, self.group, axis=0), np.repeat(sk, self.group, axis=0)
-        vv = np.asarray(r.get(0, "v_cache")).transpose(0, 2, 1)  # stored per token: blocks run along D_h
-        pv, sv = chance(inputs["Vrot"].transpose(1, 0, 2), vv, vt)
-        out["Pv"], out["sv"] = (np.repeat(a.transpose(0, 2, 1), self.group, axis=0) for a in (pv, sv))
-        fmt = self._p_format()
-        pp, sp = chance(self.noise("kq_soft_max"), p, fmt) if fmt != "f32" else (np.zeros(p.shape),) * 2
-        out["Pp"], out["sp"] = pp.astype(np.float32), sp.astype(np.float32)
-        self._cache["chances"] = out  # type: ignore[assignment]
-        return out
-
-    def _attention_flips(self, flash: bool) -> dict[str, np.ndarray]:
-        """Layer 0's flip allowance and expected flip count per element of kq, kq_soft_max and kqv [H, T, ·], row by
-        row (memory: one query row of every head at a time).
-
-        Each flip is an independent event (chance P_i) that moves the element by ±e_i (linearised), up or down alike
-        (the f32 noise that carries a value across a rounding midpoint is symmetric): their sum has mean 0 and
-        variance V = Σ P_i e_i², and exceeds min(sqrt(2VL) + (2/3)ML, K·M) with chance below EPS (Bernstein, and
-        K the Poisson(Σ P_i) count exceeded with chance below EPS; M = max e_i, L = ln 1/EPS). Events: a q_d flip
-        moves kq_tj by step(q_d)·k_jd; a k_jd flip by q_d·step(k_jd); through softmax (derivative s·p_j(δ_j − Σ p δ))
-        and P·V (s·Σ_j p_j δ_j (V_j − o)) they move kq_soft_max and kqv, a q flip all slots of its row at once (its
-        effect on kqv bounded by Cauchy-Schwarz over the slots); P and V flips add step(P_j)·V_j and p_j·step(V_j)
-        to kqv. Nothing here grows with the row: a long row spreads the same flips over more slots."""
-        key = ("attention_flips", flash)
-        if key in self._cache:
-            return self._cache[key]  # type: ignore[return-value]
-        q, k, v, p = self._heads(0)
-        o = np.asarray(self.ref.get(0, "kqv"), np.float64)
-        c = self._chances()
-        H, T, D = q.shape
-        s = self.scale
-        vis = np.tri(T, dtype=bool)
-        k2 = k * k
-        pk, sk2 = c["Pk"], c["sk"] ** 2
-        vk_q2 = pk * sk2  # [H, T, D]: Σ over a key's flips of P·step², times q_d² per row below
-        mk = (pk > 0) * c["sk"]
-        lam_k = pk.sum(-1)  # [H, T]
-        # kept in f32 (a bound needs no more), [H, T, T] being the largest arrays a long prompt makes
-        out = {n: np.zeros((H, T, T), np.float32) for n in ("kq", "kq_n", "kq_soft_max", "kq_soft_max_n")}
-        out.update({n: np.zeros((H, T, v.shape[1]), np.float32) for n in ("kqv", "kqv_n")})
-        pp = c["Pp"] if not flash else np.zeros(p.shape)  # P is not rounded in the flash kernel
-        for t in range(T):
-            qt, pq, sq = q[:, t], c["Pq"][:, t], c["sq"][:, t]  # [H, D]
-            vq = pq * sq**2
-            mq = (pq > 0) * sq
-            # kq: per score (t, j), the q_d and k_jd events
-            var_k = np.einsum("hd,hjd->hj", qt**2, vk_q2)  # [H, T]: the k events of each score
-            m_k = (np.abs(qt)[:, None, :] * mk).max(-1)
-            var = np.einsum("hd,hjd->hj", vq, k2) + var_k
-            m = np.maximum((mq[:, None, :] * np.abs(k)).max(-1), m_k)
-            lam = pq.sum(-1)[:, None] + lam_k
-            out["kq"][:, t], out["kq_n"][:, t] = _tail(var, m, lam), lam
-            # kq_soft_max: Δp_j = s·p_j·(δ_j − Σ_j' p_j' δ_j')
-            pt = np.where(vis[t][None], p[:, t], 0.0)  # [H, T]
-            kbar = np.einsum("hj,hjd->hd", pt, k)
-            dk = k - kbar[:, None, :]
-            var_q = np.einsum("hd,hjd->hj", vq, dk**2)
-            m_q = (mq[:, None, :] * np.abs(dk)).max(-1)
-            others = (pt**2 * var_k).sum(-1, keepdims=True)  # the other slots' k events, weighted by p_j'²
-            var_s = s**2 * pt**2 * (var_q + (1 - pt) ** 2 * var_k + others)
-            m_s = s * pt * np.maximum(np.maximum(m_q, m_k), (pt * m_k).max(-1, keepdims=True))
-            lam_row = pq.sum(-1)[:, None] + (lam_k * vis[t][None]).sum(-1, keepdims=True)
-            out["kq_soft_max"][:, t] = _tail(var_s, m_s, np.broadcast_to(lam_row, (H, T)))
-            out["kq_soft_max_n"][:, t] = np.where(vis[t][None], lam_row, 0.0)
-            # kqv: o_d' = Σ_j p_j V_jd'
-            dev = v - o[:, t][:, :, None]  # [H, D', T]
-            a = np.sqrt(np.einsum("hj,hjd->hd", pt, k2))  # [H, D]: Cauchy-Schwarz over the slots for a q flip
-            b = np.sqrt(np.einsum("hj,hdj->hd", pt, dev**2))  # [H, D']
-            var_o = s**2 * (vq * a**2).sum(-1)[:, None] * b**2
-            m_o = s * (mq * a).max(-1)[:, None] * b
-            var_o = var_o + s**2 * np.einsum("hj,hdj->hd", pt**2 * var_k, dev**2)
-            m_o = np.maximum(m_o, s * (pt[:, None, :] * np.abs(dev) * m_k[:, None, :]).max(-1))
-            ppt, spt = pp[:, t] * vis[t][None], c["sp"][:, t]
-            var_o = var_o + np.einsum("hj,hdj->hd", ppt * spt**2, v**2) + np.einsum("hj,hdj->hd", pt**2,
-                                                                                    c["Pv"] * c["sv"] ** 2)
-            m_o = np.maximum(m_o, np.maximum(((ppt > 0) * spt)[:, None, :] * np.abs(v),
-                                             pt[:, None, :] * (c["Pv"] > 0) * c["sv"]).max(-1))
-            lam_o = lam_row + ppt.sum(-1)[:, None] + np.einsum("j,hdj->hd", vis[t] * 1.0, c["Pv"])
-            out["kqv"][:, t], out["kqv_n"][:, t] = _tail(var_o, m_o, lam_o), lam_o
-        self._cache[key] = out  # type: ignore[assignment]
-        return out
+        return (np.einsum("htj,hdj->htd", dpv, av) + np.einsum("htj,hdj->htd", p, rd["dv"])
+                + np.einsum("htj,hdj->htd", dpv, rd["dv"]) + gamma(n_vis) * np.einsum("htj,hdj->htd", p, av))
 
     def _p_format(self) -> str:
-        """What MUL_MAT(v, P) converts P to: the V cache's float type; nothing for f32 or a quantized V (flash)."""
+        """What MUL_MAT(v, P) converts P to: the V cache's float type; nothing for f32 or a quantized V (flash), nor
+        in a 2024 build (p_exact), nor inside FLASH_ATTN_EXT (whose kqv expect.flash() bounds)."""
         if self.v_type in ("f16", "bf16") and not self.p_exact:
             return self.v_type
         return "f32"
-
-    def flips(self, quantity: str, flash: bool) -> np.ndarray | None:
-        """Layer 0's flip allowance for a quantity, canonical layout (the cache views: one step of the cache's type;
-        the attention: _attention_flips); None where nothing is rounded."""
-        kt, vt = self.kv_type, self.v_type
-        if quantity not in ("k", "v", "kq", "kq_scores", "kq_soft_max", "kqv") or (kt == vt == "f32"):
-            return None
-        r = self.ref
-        if quantity == "k":
-            return None if kt == "f32" else step(r.get(0, "k_cache"), kt)
-        if quantity == "v":  # stored per token: blocks run along D_h
-            return None if vt == "f32" else step(np.asarray(r.get(0, "v_cache")).transpose(0, 2, 1), vt).transpose(0, 2, 1)
-        return self._attention_flips(flash)["kq" if quantity == "kq_scores" else quantity]  # tanh' <= 1
-
-    def expected_flips(self, quantity: str, flash: bool) -> np.ndarray | None:
-        """The expected number of flips that touch each element (the count compare.py allows is derived from it)."""
-        if self.flips(quantity, flash) is None:
-            return None
-        if quantity in ("k", "v"):
-            return self._chances_kv(quantity)
-        return self._attention_flips(flash)[("kq" if quantity == "kq_scores" else quantity) + "_n"]
-
-    def _chances_kv(self, which: str) -> np.ndarray:
-        """The flip chance of each stored K [H_kv, T, D] or V [H_kv, D, T] element."""
-        inputs, r = self._input_noise(), self.ref
-        if which == "k":
-            st = step(r.get(0, "k_cache"), self.kv_type)
-            n = inputs["Krot"].transpose(1, 0, 2)
-        else:
-            vv = np.asarray(r.get(0, "v_cache")).transpose(0, 2, 1)
-            st = step(vv, self.v_type).transpose(0, 2, 1)
-            n = inputs["Vrot"].transpose(1, 2, 0)
-        return np.clip(np.divide(2 * n, st, out=np.zeros(st.shape), where=st > 0), 0.0, 1.0)
-
-
-EPS = 1e-9  # the chance, per element, that its flips exceed their allowance
-_L = float(np.log(1 / EPS))
-
-
-def poisson_bound(lam: np.ndarray) -> np.ndarray:
-    """The count K a Poisson(lam) number of events exceeds with chance below EPS (elementwise): exact summation
-    for lam <= 50, lam + 6.5·sqrt(lam) + 10 above (the normal tail at 6.5 sigmas, with room for the skew)."""
-    lam = np.asarray(lam, np.float64)
-    out = lam + 6.5 * np.sqrt(lam) + 10
-    small = lam <= 50
-    if small.any():
-        lm = lam[small]
-        pmf = np.exp(-lm)
-        cdf = pmf.copy()
-        k = np.zeros(lm.shape)
-        for i in range(1, 160):
-            done = 1 - cdf < EPS
-            k = np.where(done, k, i)
-            pmf = pmf * lm / i
-            cdf = cdf + pmf
-        out[small] = k
-    return out
-
-
-def _tail(var: np.ndarray, m: np.ndarray, lam: np.ndarray) -> np.ndarray:
-    """The bound on a sum of independent flip effects of either sign (variance V, largest M, expected count):
-    min(Bernstein's sqrt(2VL) + (2/3)ML, K·M)."""
-    return np.minimum(np.sqrt(2 * var * _L) + (2 / 3) * m * _L, poisson_bound(lam) * m)

@@ -15,14 +15,13 @@ from .mapping import CANONICAL, Layer, Mapped
 @dataclass(frozen=True)
 class Whole:
     """The whole node (its `sum =` line): the reference's sum, Σ|x|, Σx², element count, and the sums of the
-    allowances every element may use (extra) and of the flip allowances."""
+    allowances every element may use (extra)."""
 
     total: float
     magnitude: float
     squares: float
     n: int
     extra: float
-    flips: float
 
 
 @dataclass(frozen=True)
@@ -31,10 +30,8 @@ class Expectation:
 
     model: str  # derived | cascade, + "+flash"
     want: np.ndarray  # the reference
-    extra: np.ndarray  # allowances every element may use (f32 noise, the flash kernel)
-    flips: np.ndarray | None  # layer 0's rounding flips, for a few elements at most
+    extra: np.ndarray  # allowances every element may use (layer 0's noise and roundings, the flash kernel)
     valid: np.ndarray  # True where the node holds a value of the tensor, False in empty cache slots
-    touched: np.ndarray | None  # the expected number of rounding flips touching each element (layer0.expected_flips)
     whole: Whole | None  # None when the reference does not hold the whole tensor (the logits)
     unit: np.ndarray | None = None  # cascade: the allowance unit of each printed element (rms of the value × row gain)
     note: str = ""  # what the result should say of what was compared (a role at an earlier node than its last)
@@ -64,19 +61,16 @@ def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int, printed
     if flash:
         terms.append(exp.flash(ref_layer))  # type: ignore[arg-type]
     if derived and ref_layer == 0:
-        terms.append(exp.noise(m.key or m.quantity))
+        terms.append(exp.noise("kqv@flash" if flash else m.key or m.quantity))
     terms = [t for t in terms if t is not None]
-    flips = exp.flips(m.quantity, flash) if derived and ref_layer == 0 else None
-    touched = exp.expected_flips(m.quantity, flash) if flips is not None else None
     extra = sum((g.take(t) for t in terms), np.zeros(g.valid.shape))
     block = g.block(ref)
     whole = Whole(float(block.sum(dtype=np.float64)), float(np.abs(block).sum(dtype=np.float64)),
                   float(np.square(block, dtype=np.float64).sum()), int(block.size),
-                  sum(float(g.block(t).sum()) for t in terms), float(g.block(flips).sum()) if flips is not None else 0.0)
+                  sum(float(g.block(t).sum()) for t in terms))
     model = ("derived" if derived else "cascade") + ("+flash" if flash else "")
     unit = None if derived else g.take(_unit(exp, m, ref, position))
-    return Expectation(model, g.take(ref), extra, g.take(flips) if flips is not None else None, g.valid,
-                       g.take(touched) if touched is not None else None, whole, unit,
+    return Expectation(model, g.take(ref), extra, g.valid, whole, unit,
                        note=exp.ref.at_node(ref_layer, m.role, position)[1] if position is not None else "")
 
 
@@ -122,4 +116,4 @@ def _logits(exp: Expected, node, n_past: int, T: int, printed: tuple[np.ndarray,
     zeros = np.zeros(want.shape)
     a = np.asarray(ref, np.float64)  # the logits the reference holds: every token at the printed vocabulary entries
     unit = np.full(want.shape, float(np.sqrt(np.mean(a * a))) if a.size else 0.0)
-    return Expectation("cascade", want, zeros, None, g.valid, None, None, unit, note=note)
+    return Expectation("cascade", want, zeros, g.valid, None, unit, note=note)

@@ -86,8 +86,10 @@ ERROR_MODELS = {
     "cascade": "5e-5 + 2^-20|ref| + gross·unit per value, systematic·unit for more than half of them (unit: the "
                "value's rms over the whole reference, times a norm output's row gain); (systematic, gross) by the "
                "run's activations and KV cache type, the node's class and depth (model.cascade); NMSE reported",
-    "derived+flash": "derived, plus the flash-attention kernel's f16 accumulation and unrounded P",
-    "cascade+flash": "cascade, plus the flash-attention kernel's f16 accumulation and unrounded P",
+    "derived+flash": "derived, plus the flash-attention kernel's f16 accumulation, unrounded P and an f32 cache's "
+                     "f16 cast",
+    "cascade+flash": "cascade, plus the flash-attention kernel's f16 accumulation, unrounded P and an f32 cache's "
+                     "f16 cast",
 }
 
 

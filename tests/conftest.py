@@ -15,7 +15,7 @@ settings.register_profile("mutate", phases=[Phase.explicit, Phase.reuse, Phase.g
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
-# every shipped dump is a correct llama.cpp run; the flash-attention one prints no scores (exit 3)
+# every shipped dump is a correct llama.cpp run; the flash-attention ones print no scores (exit 3)
 DUMPS = {
     "gpt2-how-are.txt": 0,
     "gpt2-how-are-you.txt": 0,
@@ -23,6 +23,8 @@ DUMPS = {
     "gpt2-ubatch2.txt": 0,
     "gpt2-kv-f32.txt": 0,
     "gpt2-flash-attn.txt": 3,
+    "gpt2-flash-f16-acc.txt": 3,
+    "gpt2-kv-f32-flash.txt": 3,
     "llama-gqa-draw.txt": 0,
     "llama-gqa-long.txt": 0,
     "old-llama-gqa-how-are-you.txt": 0,

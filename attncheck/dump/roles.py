@@ -137,7 +137,10 @@ def assign(ev: Evaluation) -> Roles:
             first = site.kq or site.softmax
             T, D_h = site.T, site.D_h
         else:
-            r.update(flash_attn=out, q=out.inputs[0], k_view=out.inputs[1])
+            k = out.inputs[1]
+            if k is not None and k.op == "CPY" and k.inputs[0] is not None and k.inputs[0].type != k.type:
+                k = k.inputs[0]  # an f32 cache cast to f16 for the op (build_attn_mha): K is the cache's view
+            r.update(flash_attn=out, q=out.inputs[0], k_view=k)
             first, T, D_h = out, out.ne[2], out.ne[0]
         r = {k: v for k, v in r.items() if v is not None}
         span = ev.nodes[prev_end + 1: order[id(first)]]

@@ -1,6 +1,7 @@
 """One layer's attention in the reference: build_attn and build_attn_mha of llama.cpp's graph (src/llama-graph.cpp)
-over one causal sequence at positions 0..T-1, without flash attention (FLASH_ATTN_EXT's own arithmetic is an error
-term, expect.py).
+over one causal sequence at positions 0..T-1, the MUL_MAT path (kq, SOFT_MAX, P·V). Under flash attention it stays the
+attention nodes' reference, FLASH_ATTN_EXT's own arithmetic an error term (expect.py flash()); what reads the kernel's
+output reads it as the kernel computed it (flash.py).
 
 q is scaled before kq where the family pre-scales it (gemma, phi3: a SCALE node). With a quantized K cache llama.cpp
 rotates q and k by an orthonormal Walsh-Hadamard matrix before the cache (attn_inp_k_rot, n = the largest power of two

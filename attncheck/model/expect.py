@@ -91,7 +91,9 @@ class Expected(Layer0):
         2·n_visible roundings errs by 2^-11 of the running sum, at most Σ_j P_j |V_j| in output units); with any
         other V type it dequantizes V and accumulates in f32. It does not round P to the V type (the reference does,
         as MUL_MAT(v, P) does). The tiled kernel (many queries, f16 or f32 K and V) keeps q in f32 where the
-        reference rounds it to f16: kq moves by up to 2^-11 Σ_d |q_d k_d|."""
+        reference rounds it to f16: kq moves by up to 2^-11 Σ_d |q_d k_d|. Today's build casts an f32 K or V cache
+        to f16 before the op (flash.Plan.casts): V moves by 2^-11 |V| and is accumulated in f16; K and q (converted
+        to f16 by the one-chunk kernel) move kq by up to (2·2^-11 + 2^-22) Σ_d |q_d k_d|."""
         key = ("flash", layer)
         if key in self._cache:
             return self._cache[key]  # type: ignore[return-value]
@@ -100,11 +102,18 @@ class Expected(Layer0):
         pv = np.einsum("htj,hdj->htd", p, av)  # Σ_j P_j |V_j|
         n_vis = np.arange(1, p.shape[1] + 1, dtype=np.float64)[None, :, None]
         u = UNIT.get(self.v_type, 0.0)
+        casts = self.ref.fa is not None and self.ref.fa.casts
         out = gamma(n_vis) * (1 + pv)  # f32 accumulation and normalisation
-        if self.v_type == "f16":
+        if casts and self.v_type == "f32":
+            out = out + U16 * pv  # V cast to f16
+        if self.v_type == "f16" or (casts and self.v_type == "f32"):
             out = out + 2 * n_vis * U16 * pv + n_vis * U32  # the f16 accumulator of the one-chunk kernel
+        dq = None
         if self.kv_type == "f16" and self.v_type == "f16":
             dq = U16 * np.einsum("htd,hjd->htj", np.abs(q), np.abs(k))  # the tiled kernel's f32 q
+        elif casts and self.kv_type == "f32":
+            dq = (2 * U16 + U16**2) * np.einsum("htd,hjd->htj", np.abs(q), np.abs(k))  # K cast, q converted: f16
+        if dq is not None:
             out = out + np.einsum("htj,hdj->htd", 2 * p * self.scale * self._row_max(dq), av)
         if u and not self.p_exact:  # P not rounded to the cache type (the reference rounds it, as MUL_MAT(v, P) does)
             out = out + np.einsum("htj,hdj->htd", u * p + 2.0**-25, av)

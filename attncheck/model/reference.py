@@ -4,7 +4,8 @@ table gives a `Forward` (gpt2, llama, qwen2, qwen3, gemma2, gemma3, phi3, granit
 Every node is computed in float64 where that is harmless and rounded to float32 after each op, as ggml stores every
 node as f32. llama.cpp's CPU arithmetic is emulated where it moves results by more than f32 rounding: each weight
 MUL_MAT's conversion of its activations to the weight type's vec_dot format (matmul.py), the KV cache's storage type
-and Hadamard rotation, q and P converted before the attention MUL_MATs (attention.py), GELU's f16 table (blocks.py).
+and Hadamard rotation, q and P converted before the attention MUL_MATs (attention.py), GELU's f16 table (blocks.py),
+and under flash attention the output projection's input as FLASH_ATTN_EXT's kernel computed it (flash.py).
 With that, layer 0 agrees with printed dumps to their print precision (1e-4), instead of 1e-2.
 
 Weights are dequantized one tensor at a time, used and dropped; the token embedding is read only at the prompt's
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..dump.sample import printed_indices
-from . import blocks
+from . import blocks, flash
 from .attention import Cache, attention
 from .hparams import Hparams
 from .matmul import F16_SRC1, weight_matmul, weight_rows
@@ -49,6 +50,7 @@ class Reference:
     # a role's value after each of its nodes, from its weight MUL_MAT on, where it has more than one (attn_out with a
     # bias; the logits: bias, logit scale, soft-cap); the last is tensors[(layer, role)]
     steps: Mapping[tuple[int | None, str], tuple[np.ndarray, ...]] = field(default_factory=dict)
+    fa: flash.Plan | None = None  # the flash-attention kernel of each position (flash.py); None without
 
     @property
     def n_tokens(self) -> int:
@@ -79,8 +81,9 @@ class Reference:
 class _Pass:
     """One forward pass: the model, its arithmetic, and the nodes computed so far."""
 
-    def __init__(self, model: Model, f16_src1: str, cache: Cache):
+    def __init__(self, model: Model, f16_src1: str, cache: Cache, fa: flash.Plan | None = None):
         self.m, self.hp, self.fw, self.s1, self.cache = model, model.hparams, model.hparams.forward, f16_src1, cache
+        self.fa = fa  # the flash-attention kernel of each query position (flash.py), None without flash attention
         self.out: dict[tuple[int | None, str], np.ndarray] = {}
         self.steps: dict[tuple[int | None, str], tuple[np.ndarray, ...]] = {}  # Reference.steps
         self.exact = True  # f64 sums in layer 0 (held to print precision), f32 in deeper layers
@@ -191,7 +194,9 @@ class _Pass:
         att = attention(q, k, v, self.hp, il, self.cache, self.s1, exact=self.exact)
         for role, arr in att.items():
             out[(il, role)] = arr
-        steps = self.linear_steps(p + "attn_output", att["kqv_unrot"])
+        if self.fa is not None:  # the output projection reads FLASH_ATTN_EXT's output as its kernel computed it
+            out[(il, "kqv_unrot")] = flash.output(att, self.hp, il, self.cache, self.fa, self.exact)
+        steps = self.linear_steps(p + "attn_output", out[(il, "kqv_unrot")])
         self.keep((il, "attn_out"), steps)
         attn_out = steps[-1]
         if len(steps) > 1:  # a dump whose logger lost the tail after the last attention may end between the two
@@ -253,7 +258,8 @@ def _start(model: Model, tokens: Sequence[int], kv_type: str, v_type: str | None
 
 
 def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
-                   f16_src1: str = "convert", rotates: bool = True) -> Iterator[Reference]:
+                   f16_src1: str = "convert", rotates: bool = True, fa: flash.Plan | None = None
+                   ) -> Iterator[Reference]:
     """The forward pass one layer at a time, for memory that does not grow with depth: a Reference per layer holding
     that layer's nodes (the first also inp_embd, each the l_out of the layer before it: a norm's input), then one
     holding result_norm and result_output (and the last l_out). Each is dropped by the pass once yielded."""
@@ -261,11 +267,13 @@ def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16",
     hp = model.hparams
     t = len(toks)
     cache = Cache.of(kv_type, v_type, hp.head_dim, hp.head_dim, rotates)
-    run = _Pass(model, f16_src1, cache)
+    if fa is not None and len(fa.kernels) != t:
+        raise ValueError(f"the flash-attention plan covers {len(fa.kernels)} positions, the prompt {t}")
+    run = _Pass(model, f16_src1, cache, fa)
 
     def part() -> Reference:
         ref = Reference(hparams=hp, tokens=tuple(toks), kv_type=kv_type, tensors=run.out, f16_src1=f16_src1,
-                        cache=cache, vocab_cols=run.cols, steps=run.steps)
+                        cache=cache, vocab_cols=run.cols, steps=run.steps, fa=fa)
         run.out, run.steps = {}, {}
         return ref
 
@@ -287,7 +295,7 @@ def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16",
 
 
 def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
-            f16_src1: str = "convert", rotates: bool = True) -> Reference:
+            f16_src1: str = "convert", rotates: bool = True, fa: flash.Plan | None = None) -> Reference:
     """Evaluate the whole prompt at once (causal), returning every node the mapping compares, per layer.
 
     kv_type is the K cache's type (and V's, unless v_type is given): f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1,
@@ -295,9 +303,10 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type
     tensors: dict = {}
     steps: dict = {}
     ref = None
-    for ref in forward_layers(model, tokens, kv_type=kv_type, v_type=v_type, f16_src1=f16_src1, rotates=rotates):
+    for ref in forward_layers(model, tokens, kv_type=kv_type, v_type=v_type, f16_src1=f16_src1, rotates=rotates,
+                              fa=fa):
         tensors.update(ref.tensors)
         steps.update(ref.steps)
     assert ref is not None
     return Reference(hparams=ref.hparams, tokens=ref.tokens, kv_type=kv_type, tensors=tensors, f16_src1=f16_src1,
-                     cache=ref.cache, vocab_cols=ref.vocab_cols, steps=steps)
+                     cache=ref.cache, vocab_cols=ref.vocab_cols, steps=steps, fa=fa)

@@ -13,6 +13,7 @@ from .bounds import F32_REL, MISFIT_SHARE, PRINT
 from .expect import Expected
 from .grid import locate
 from .mapping import CANONICAL, Layer
+from . import flash
 from .numerics import KV_TYPES
 from .reference import forward, forward_layers
 from .token_ids import recover
@@ -67,6 +68,8 @@ class Run:
     rotates: bool = True  # the build rotates q, K (and V) before a quantized cache (2024's printed no rotation)
     probe: list = field(default_factory=list)  # layer 0's q and kqv (Mapped, Sample, n_past, T): the arithmetic's
     sum_mode: str | None = None  # what `sum =` adds up, once a layer-0 node's tight bound told it
+    flash: list[tuple[int, int]] = field(default_factory=list)  # (n_past, T) of the evaluations with flash attention
+    today: bool = True  # the build writes the cache with SET_ROWS (today's); 2024's CPY (flash.py: its kernels)
 
 
 @dataclass
@@ -90,6 +93,8 @@ class Runs:
         self.check_shapes(layers)
         self.check_count(run, ev, layers)
         run.T_seen = (ev.n_past or 0) + layers[0].T
+        if layers[0].flash and (ev.n_past or 0, layers[0].T) not in run.flash:
+            run.flash.append((ev.n_past or 0, layers[0].T))
         return run
 
     def start(self, ev: Evaluation, layers: list[Layer]) -> Run:
@@ -105,6 +110,7 @@ class Runs:
         tokens, origin = ((logged, "log") if logged is not None else (given, "--tokens") if given is not None
                           else (looked_up, EMBEDDINGS))
         run = Run(ev.run, tuple(tokens), origin, line=line)  # type: ignore[arg-type]
+        run.today = any(n.op == "SET_ROWS" for n in ev.nodes)
         self.check_count(run, ev, layers)
         self.check_shapes(layers)
         kv = layers[0].kv_type or "f16"
@@ -168,10 +174,15 @@ class Runs:
             yield exp, (lambda m, at=at: m.ref_layer == at if m.ref_layer is not None else
                         at == (0 if m.role in INPUT_ROLES else n_layer))
 
+    @staticmethod
+    def _flash(run: Run) -> flash.Plan | None:
+        """The flash-attention kernel of each position (flash.py); None without flash attention."""
+        return flash.plan(len(run.tokens), run.flash, run.kv[0], run.kv[1], run.today) if run.flash else None
+
     def _forward(self, run: Run, f16_src1: str) -> Expected:
         try:
             ref = forward(self.model, run.tokens, kv_type=run.kv[0], v_type=run.kv[1], f16_src1=f16_src1,
-                          rotates=run.rotates)
+                          rotates=run.rotates, fa=self._flash(run))
         except ValueError as e:
             raise DumpError(self.source, run.line, f"the tokens do not fit the model {self.model.path}: {e}") from None
         return Expected(ref, run.kv[0], self.model)
@@ -179,7 +190,7 @@ class Runs:
     def _forward_layers(self, run: Run, f16_src1: str):
         try:
             for ref in forward_layers(self.model, run.tokens, kv_type=run.kv[0], v_type=run.kv[1], f16_src1=f16_src1,
-                                      rotates=run.rotates):
+                                      rotates=run.rotates, fa=self._flash(run)):
                 yield Expected(ref, run.kv[0], self.model)
         except ValueError as e:
             raise DumpError(self.source, run.line, f"the tokens do not fit the model {self.model.path}: {e}") from None
@@ -207,6 +218,9 @@ class Runs:
             if beyond_alt < beyond:
                 run.arithmetic["f16_src1"] = "f32"
                 chosen = (alt, alt_parts)
+        fa = self._flash(run)
+        if fa is not None:  # how many positions each kernel computed (flash.KERNELS)
+            run.arithmetic["flash_kernels"] = {k: fa.kernels.count(k) for k in flash.KERNELS if k in fa.kernels}
         if not first_only:
             return chosen[0]
         return _chain(chosen[0], chosen[1])

@@ -64,10 +64,12 @@ def test_diff_of_dumps_whose_embedding_lookups_differ_is_refused(tmp_path):
 
 
 def test_one_moved_embedding_value_is_a_difference_not_another_model(tmp_path):
-    """A lookup that moves one value is a build's bug, for the checks to name: neither command refuses the dump (the
-    --model checks do not compare the embedding lookup itself: the moved value reaches no node they read)."""
+    """A lookup that moves one value is a build's bug, for the checks to name: neither command refuses the dump, and
+    check --model, which compares every printed node, fails it at the lookup."""
     moved = _embeddings_moved(tmp_path, 1)
     r = run("diff", FIXTURES / "gpt2-how-are.txt", moved, "-q")
     assert "not made with" not in r.err and r.code in (0, 1), (r.code, r.err)
-    r = run("check", moved, "--model", OWN["gpt2-how-are.txt"], "-q")
-    assert "not made with" not in r.err and r.code == 0, (r.code, r.err)
+    r = run("check", moved, "--model", OWN["gpt2-how-are.txt"], "-q", "--json", "-")
+    assert "not made with" not in r.err and r.code == 1, (r.code, r.err)
+    failed = {c["node"] for s in r.json()["sites"] for c in s["checks"] if not c["passed"]}
+    assert failed == {"embd"}, failed  # the lookup, named as the dump names it

@@ -62,8 +62,9 @@ class NodeComparison:
         err = np.abs(got - want)
         with np.errstate(invalid="ignore"):
             beyond = int(np.count_nonzero(~(err <= base)))
-        z = None if e.derived else self._excess(e, keep, err, base)
-        bound, note = self._bound(e, keep, base, z, limits)
+        unit = None if e.derived else np.where(e.valid[keep], e.unit[keep], 0.0)  # type: ignore[index]
+        z = None if unit is None else self._excess(unit, err, base)
+        bound, note = self._bound(e, keep, base, unit, z, limits)
         if m.role in ("kq", "kq_soft_max", "flash_attn") and m.quantity in ("kq", "kq_soft_max", "kqv"):
             self.summary.cover(m.role, s.values[0].shape, keep, m.labels)
         res = compare(check_name(m), node, got, want, bound, self._locator(m, s, np.nonzero(keep), L, n_past, T),
@@ -82,22 +83,20 @@ class NodeComparison:
         return out + ([total] if total is not None else [])
 
     @staticmethod
-    def _excess(e: Expectation, keep, err, base) -> np.ndarray:
+    def _excess(unit: np.ndarray, err, base) -> np.ndarray:
         """Cascade nodes: each printed value's excess over print and f32 rounding, in units of its allowance unit
         (z = (|err| − base) / unit, 0 within the rounding); an empty cache slot, whose unit is 0, inf when off."""
-        unit = np.where(e.valid[keep], e.unit[keep], 0.0)  # type: ignore[index]
         over = np.maximum(err - base, 0.0)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(over > 0, np.where(unit > 0, over / np.where(unit > 0, unit, 1.0), np.inf), 0.0)
 
-    def _bound(self, e: Expectation, keep, base, z: np.ndarray | None,
+    def _bound(self, e: Expectation, keep, base, unit: np.ndarray | None, z: np.ndarray | None,
                limits: tuple[float, float]) -> tuple[np.ndarray, str]:
         """Derived: base (print, f32, layer 0's noise and roundings). Cascade (bounds.CASCADE): each value within
         gross·unit, unless more than half are beyond systematic·unit, the node off as a whole: then systematic."""
         if e.derived:
             return base, ""
         systematic, gross = limits
-        unit = np.where(e.valid[keep], e.unit[keep], 0.0)  # type: ignore[index]
         live = e.valid[keep]
         off = int(np.count_nonzero(z[live] > systematic))  # type: ignore[index]
         if live.any() and 2 * off > int(np.count_nonzero(live)):

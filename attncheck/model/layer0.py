@@ -94,10 +94,10 @@ class Layer0:
         qtype = self.model.tensor_type(name)
         return "f32" if qtype == QT.F16 and self.ref.f16_src1 == "f32" else vec_dot_type(qtype)
 
-    def _converted(self, name: str) -> np.ndarray:
+    def _converted(self, name: str, w: np.ndarray) -> np.ndarray:
         """[T, out]: how far a layer-0 projection can move through its converted input: Σ_i |W_oi|·dev(x_i), dev the
         deviation of attn_norm's output in the weight's vec_dot format (steps.deviation; the noise itself for f32
-        activations). Q4_1/Q5_1 weights multiply their block min by the Q8_1 block sum s = f16(d·Σq), whose own
+        activations); w: |W| [out, n_embd]. Q4_1/Q5_1 weights multiply their block min by the Q8_1 block sum s = f16(d·Σq), whose own
         deviation adds |m|·dev(s)."""
         from gguf import GGMLQuantizationType as QT
 
@@ -105,8 +105,7 @@ class Layer0:
         fmt = self._x_format(name)
         dev = deviation(x, self._x_noise(), fmt)  # [T, n_embd]
         if not dev.any():
-            return np.zeros((x.shape[0], self.model.matrix(name).shape[0]))
-        w = np.abs(self.model.matrix(name))
+            return np.zeros((x.shape[0], w.shape[0]))
         qtype = self.model.tensor_type(name)
         if fmt != "q8_1" or qtype not in (QT.Q4_1, QT.Q5_1):
             return dev @ w.T
@@ -121,28 +120,37 @@ class Layer0:
     def _projections(self, kind: str) -> dict[str, np.ndarray]:
         """Layer 0's Qcur [T, H, D_h], Kcur and Vcur [T, H_kv, D_h], through the q/k norms and RoPE, for one kind of
         term: "noise" (f32 summation: gamma(n_embd)·(Σ_i |W_i||x_i| + |b|), and each op's rounding) or "converted"
-        (_converted: the input's rounding into the weights' format)."""
-        if ("proj", kind) in self._cache:
-            return self._cache[("proj", kind)]  # type: ignore[return-value]
-        hp, m, r = self.ref.hparams, self.model, self.ref
-        noise = kind == "noise"
-        x = np.abs(np.asarray(r.get(0, "attn_norm"), np.float64))  # [T, n_embd]
-        t = x.shape[0]
+        (_converted: the input's rounding into the weights' format). Both kinds are made at once, each weight
+        dequantized once."""
+        if ("proj", kind) not in self._cache:
+            for k, (q, kv, v) in self._projection_terms().items():
+                self._cache[("proj", k)] = self._through_heads(q, kv, v, k == "noise")  # type: ignore[assignment]
+        return self._cache[("proj", kind)]  # type: ignore[return-value]
 
-        def term(prefix: str) -> np.ndarray:
-            if not noise:
-                return self._converted(prefix + ".weight")
-            y = x @ np.abs(m.matrix(prefix + ".weight")).T
+    def _projection_terms(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Both kinds of term of the Q, K and V projections [T, width] (_projections)."""
+        hp, m = self.ref.hparams, self.model
+        x = np.abs(np.asarray(self.ref.get(0, "attn_norm"), np.float64))  # [T, n_embd]
+
+        def terms(prefix: str) -> tuple[np.ndarray, np.ndarray]:
+            w = np.abs(m.matrix(prefix + ".weight"))
+            y = x @ w.T
             if m.has(prefix + ".bias"):
                 y = y + np.abs(m.tensor(prefix + ".bias"))
-            return _matmul_gamma(m, prefix + ".weight", hp.n_embd) * y
+            return _matmul_gamma(m, prefix + ".weight", hp.n_embd) * y, self._converted(prefix + ".weight", w)
 
         d, d_kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
         if m.has("blk.0.attn_qkv.weight"):
-            qkv = term("blk.0.attn_qkv")
-            q, k, v = qkv[:, :d], qkv[:, d:d + d_kv], qkv[:, d + d_kv:]
-        else:
-            q, k, v = (term(f"blk.0.{w}") for w in PROJECTIONS.values())
+            both = terms("blk.0.attn_qkv")
+            return {k: (a[:, :d], a[:, d:d + d_kv], a[:, d + d_kv:]) for k, a in zip(("noise", "converted"), both)}
+        q, k, v = (terms(f"blk.0.{w}") for w in PROJECTIONS.values())
+        return {"noise": (q[0], k[0], v[0]), "converted": (q[1], k[1], v[1])}
+
+    def _through_heads(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, noise: bool) -> dict[str, np.ndarray]:
+        """One kind of projection term [T, width] per head and through the q/k norms and RoPE (with each op's own
+        rounding where noise)."""
+        hp, m, r = self.ref.hparams, self.model, self.ref
+        t = q.shape[0]
         out = {"Qcur": q.reshape(t, hp.n_head, -1), "Kcur": k.reshape(t, hp.n_head_kv, -1),
                "Vcur": v.reshape(t, hp.n_head_kv, -1)}
         out["qkv"] = out["qkv@mm"] = np.concatenate([q, k, v], axis=-1)[None]  # fused: [1, T, width] (rows)
@@ -168,7 +176,6 @@ class Layer0:
                 pair = a[..., 0:n:2] + a[..., 1:n:2]
                 a[..., 0:n:2], a[..., 1:n:2] = pair, pair
             out[name] = a
-        self._cache[("proj", kind)] = out  # type: ignore[assignment]
         return out
 
     def _input_noise(self) -> dict[str, np.ndarray]:

@@ -267,6 +267,11 @@ def _start(model: Model, tokens: Sequence[int], kv_type: str, v_type: str | None
     if f16_src1 not in F16_SRC1:
         raise ValueError(f"f16_src1 must be one of {', '.join(F16_SRC1)}, not {f16_src1!r}")
     hp = model.hparams
+    for kind in {kv_type, v_type} - {"f32", "f16", "bf16"}:
+        if hp.head_dim % 32:  # each quantized cache type stores blocks of 32 values
+            raise ValueError(f"a {kind} KV cache stores blocks of 32 values and head_dim {hp.head_dim} is not a "
+                             "multiple of 32: llama.cpp's k·q and P·V then read blocks across heads, which the "
+                             "reference does not reproduce (an f16, bf16 or f32 cache does not have this)")
     toks = [int(x) for x in tokens]
     if not toks:
         raise ValueError("forward needs at least one token")

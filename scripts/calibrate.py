@@ -6,7 +6,7 @@ and confirm it on runs the fit never saw.
     python scripts/calibrate.py measure OUTDIR SET [MODEL ...]   # attncheck check --model on each: OUTDIR/SET.jsonl
     python scripts/calibrate.py fit OUTDIR SET [SET ...]         # the allowances, and leave-one-model-out
     python scripts/calibrate.py check OUTDIR SET [SET ...]       # false alarms of the bounds in bounds.py
-    python scripts/calibrate.py confirm OUTDIR FIT SET [SET ...]  # fit on FIT, false alarms on the others
+    python scripts/calibrate.py confirm OUTDIR FIT[,FIT] SET [SET ...]  # fit on FIT, false alarms on the others
 
 SETS: `wide` (calibration) and `wide-confirm` (confirmation: other prompts, ubatch sizes and cache types); the
 earlier `calibrate`, `confirm` and `confirm4` sets are kept. Each run names its model, the llama.cpp build (`new`:

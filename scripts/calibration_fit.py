@@ -132,8 +132,9 @@ def report(rows: list[dict]) -> None:
 
 def main(cmd: str, root: Path, sets: list[str]) -> int:
     if cmd == "confirm":  # fit on the first set, count the false alarms on the others
-        fitted, held = [r for r in load(root, sets[:1]) if "cascade" in r], [r for r in load(root, sets[1:])
-                                                                               if "cascade" in r]
+        fit_sets = sets[0].split(",")  # FIT[,FIT...]
+        fitted, held = [r for r in load(root, fit_sets) if "cascade" in r], [r for r in load(root, sets[1:])
+                                                                             if "cascade" in r]
         factors, _ = twin_factors(fitted)
         bad = alarms(held, fit(fitted), factors)
         print(f"fitted on {sets[0]} ({len(fitted)} runs; twin factors {factors}), confirmed on {', '.join(sets[1:])} "

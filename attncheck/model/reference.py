@@ -247,8 +247,9 @@ class _Pass:
 
 
 # The twin pass's perturbation of each weight MUL_MAT output y [T, n_out] with n_in inputs: uniform in
-# ±JITTER·2^-24·sqrt(n_in)·rms(y's row), the size of the f32 summation noise by which llama.cpp's sums differ from the
-# reference's (their order differs), a few times over, so that the twin rounds values the other way at least as often
+# ±TWIN_JITTER·2^-24·sqrt(n_in)·rms(y's row), the size of the f32 summation noise by which llama.cpp's sums differ
+# from the reference's (their order differs), a few times over, so that the twin rounds values the other way at least
+# as often
 TWIN_JITTER = 4.0
 TWIN_SEED = 1  # fixed: the same run gives the same verdict
 

@@ -199,7 +199,8 @@ class Runs:
                           rotates=run.rotates, fa=self._flash(run), twin=True,
                           q_exact=self._q_exact(run))
         except ValueError as e:
-            raise DumpError(self.source, run.line, f"--model cannot reproduce this run with {self.model.path}: {e}") from None
+            raise DumpError(self.source, run.line,
+                            f"--model cannot reproduce this run with {self.model.path}: {e}") from None
         return Expected(ref, run.kv[0], self.model)
 
     def _forward_layers(self, run: Run, f16_src1: str):
@@ -209,7 +210,8 @@ class Runs:
                                       q_exact=self._q_exact(run)):
                 yield Expected(ref, run.kv[0], self.model)
         except ValueError as e:
-            raise DumpError(self.source, run.line, f"--model cannot reproduce this run with {self.model.path}: {e}") from None
+            raise DumpError(self.source, run.line,
+                            f"--model cannot reproduce this run with {self.model.path}: {e}") from None
 
     def _calibrated(self, run: Run, make, first_only: bool = False):
         """The reference in the arithmetic this llama.cpp build used (reference.F16_SRC1), chosen on layer 0.

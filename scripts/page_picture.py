@@ -28,7 +28,8 @@ CHANGED = ("kq_soft_max-1", (10, 1, 1), 1, 0.01)  # node, (head, query, slot), e
 WIDTH = 1000  # px: the page's width in the picture
 # the machine's network may be closed: without these Chromium waits on connections it cannot make
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", f"--window-size={WIDTH},900")
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--window-size={WIDTH},900")
 
 
 def failing_copy(dst: Path) -> Path:

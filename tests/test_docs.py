@@ -145,3 +145,13 @@ def test_the_architecture_page_lists_the_table():
     rows = re.findall(r"(?m)^\| ([\w, -]+?) \|", page)
     named = {n.strip() for r in rows for n in r.split(",")}
     assert set(ARCHS) <= named, sorted(set(ARCHS) - named)
+
+
+def test_the_page_picture_is_made_by_the_script_the_docs_name():
+    """docs/html-page.png is drawn from the page as it is by scripts/page_picture.py (the browser test runs it), and
+    the page that shows the picture says how to make it again."""
+    page = (DOCS / "html.md").read_text(encoding="utf-8")
+    script = (ROOT / "scripts" / "page_picture.py").read_text(encoding="utf-8")
+    assert "](html-page.png)" in page and "scripts/page_picture.py" in page
+    assert '"docs" / "html-page.png"' in script  # its default output is the picture the page shows
+    assert (DOCS / "html-page.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

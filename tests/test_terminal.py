@@ -122,7 +122,8 @@ def test_warnings_say_what_was_skipped_and_whether_a_check_needed_it(tmp_path):
     short.write_bytes(lzma.decompress((FIXTURES / "drift" / "smollm2-how-are.old.txt.xz").read_bytes()))
     said = {path: [line for line in run("check", path, "-q").err.splitlines() if "warning" in line]
             for path in (damaged, short, FIXTURES / "old-llama-gqa-how-are-you.txt")}
-    assert said[damaged] == [f"attncheck: warning: {damaged}:5997: damaged header line (interleaved output?): "
+    assert said[damaged] == [f"attncheck: warning: {damaged}:5997: damaged header line of 'result_norm' "
+                             "(interleaved output?): "
                              "skipped with its body; no attention check needed it"]
     assert said[short] == [f"attncheck: warning: {short}:13672: node 'ffn_gate-29' does not print as its ne "
                            "{1536, 1, 1, 1} says (a line lost, repeated or garbled?); no attention check needed it"]

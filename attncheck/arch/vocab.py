@@ -49,6 +49,22 @@ def _decode(piece: str, model: str | None) -> str:
     return piece
 
 
+class Texts(Sequence[str]):
+    """A vocabulary read as text: entry i is token i's text, decoded when asked for (a page shows a few dozen of
+    a vocabulary of 50,000 or more)."""
+
+    def __init__(self, pieces: Sequence[str], model: str | None):
+        self.pieces, self.model = pieces, model
+
+    def __len__(self) -> int:
+        return len(self.pieces)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [_decode(p, self.model) for p in self.pieces[i]]
+        return _decode(self.pieces[i], self.model)
+
+
 def token_text(meta: Mapping[str, Any], ids: Sequence[int] | None) -> list[str] | None:
     """The text of each token id (None when the header has no vocabulary or no ids were given); an id outside the
     vocabulary reads "<id N?>"."""

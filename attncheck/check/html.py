@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Sequence
 from importlib import resources
 from string import Template
 
@@ -27,7 +28,10 @@ from .page import PageData
 from .render import coverage_lines, failure_lines, verdict
 from .report import Report
 
-BUCKETS = (0.25, 0.5, 0.75)  # worst |err|/bound ≤ these, ≤ 1, > 1 (failing): the grid's colours r1..r5
+# A cell's colour: its need (worst |err|/bound). Passing (need ≤ 1) is one calm green, shaded faintly by need (≤ 0.5,
+# ≤ 0.9, ≤ 1: ok1..ok3); failing is red (`failing`); nothing compared is grey (`np`). A correct run's need is 0.9 to
+# 1 at print precision by design (the bounds are tight), so the shades must not read as a warning.
+PASS_SHADES = (0.5, 0.9)
 WARNINGS_SHOWN = 50
 
 
@@ -149,34 +153,38 @@ def facts_table(report: Report, doc: dict) -> str:
 # ---- the grid ------------------------------------------------------------------------------------------
 
 def bucket(ratio: float | str, failed: int) -> str:
+    """The class of a cell of need `ratio` (≤ 1 passes; NaN does not) with `failed` elements beyond their bound."""
     r = float(ratio)
     if failed or not r <= 1:
-        return "r5"
-    if r == 0:
-        return "r0"
-    return f"r{1 + sum(r > b for b in BUCKETS)}"
+        return "failing"
+    return f"ok{1 + sum(r > b for b in PASS_SHADES)}"
 
 
 def _figure(f: list) -> str:
     n, failed, ratio, check = f
-    return (f"worst |err|/bound {float(ratio):.2f}" + (f" ({check})" if check else "") +
-            f"; {n} elements compared, {failed} beyond their bound")
+    return (f"need {float(ratio):.2f} (worst |err|/bound" + (f", {check}" if check else "") +
+            f"); {n} elements compared, {failed} beyond their bound")
+
+
+def cell_class(f: list | None) -> str:
+    """A figure's cell class: grey when nothing was compared (not printed, or nothing of it comparable)."""
+    if f is None or (not f[0] and not f[1]):
+        return "np"
+    return bucket(f[2], f[1])
 
 
 def head_cell(site: dict, h: int) -> str:
     """A head's cell of an evaluation's grid: its colour and ✗; the page's script gives its counts on hover (the
     worst-over-evaluations grid carries them in the HTML), so that a long run's grids stay small."""
     f = site["fig"].get(h)
-    if f is None:
-        return '<td class="c np"></td>'
-    return f'<td class="c {bucket(f[2], f[1])}">{"✗" if f[1] else ""}</td>'
+    return f'<td class="c {cell_class(f)}">{"✗" if f and f[1] else ""}</td>'
 
 
 def layer_cell(site: dict) -> str:
     f = site["lfig"]
     if f is None:
         return '<td class="x"></td>'
-    return f'<td class="lc {bucket(f[2], f[1])}">{"✗" if f[1] else ""}</td>'
+    return f'<td class="lc {cell_class(f)}">{"✗" if f[1] else ""}</td>'
 
 
 def eval_grid(d: int, e: int, sites: dict, layers: list[int], H: int) -> str:
@@ -204,7 +212,7 @@ def worst_grid(d: int, sites: dict, layers: list[int], H: int, n_evs: int) -> st
     for layer in layers:
         cells = []
         for h in range(H):
-            figs = [(s["fig"][h], e) for e, s in by_layer[layer] if h in s["fig"]]
+            figs = [(s["fig"][h], e) for e, s in by_layer[layer] if cell_class(s["fig"].get(h)) != "np"]
             if not figs:
                 ev = by_layer[layer][0][0]
                 cells.append(f'<td class="np" data-h="{h}" data-e="{ev}" title="layer {layer} head {h}: no element '
@@ -222,11 +230,15 @@ def worst_grid(d: int, sites: dict, layers: list[int], H: int, n_evs: int) -> st
             f'<tbody>{"".join(rows)}</tbody></table>')
 
 
-LEGEND = ('<div class="legend">worst |err|/bound of a head: <span><span class="sw r0"></span>0</span>'
-          '<span><span class="sw r1"></span>≤ 0.25</span><span><span class="sw r2"></span>≤ 0.5</span>'
-          '<span><span class="sw r3"></span>≤ 0.75</span><span><span class="sw r4"></span>≤ 1</span>'
-          '<span><span class="sw r5">✗</span>&gt; 1: failing</span><span><span class="sw np"></span>not printed'
-          '</span><span>hover a cell for its counts; click it for the head</span></div>')
+LEGEND = ('<p class="need">A cell is one head. Its <b>need</b> is the worst |err| ÷ bound over '
+          'the head\'s compared elements: err is the printed value minus the recomputed one, the bound how far a '
+          'correct llama.cpp may be from it. need ≤ 1 passes. The bounds are tight by design, so a correct run\'s '
+          'need is often 0.9 to 1: every passing head is green, shaded only faintly by need.</p><div class="legend">'
+          '<span><span class="sw ok1"></span>passes, need ≤ 0.5</span>'
+          '<span><span class="sw ok2"></span>≤ 0.9</span><span><span class="sw ok3"></span>≤ 1</span>'
+          '<span><span class="sw failing">✗</span>fails: need &gt; 1</span>'
+          '<span><span class="sw np"></span>not checked (not printed, or nothing of it comparable)</span>'
+          '<span>hover a cell for its counts; click it for the head</span></div>')
 
 
 def grids(d: int, pd: PageData) -> str:
@@ -253,14 +265,14 @@ def summary(report: Report, doc: dict) -> str:
     return "".join(parts)
 
 
-def token_texts(tokens: dict[int, list[int]], vocab: list[str] | None) -> dict[int, str] | None:
+def token_texts(tokens: dict[int, list[int]], vocab: Sequence[str] | None) -> dict[int, str] | None:
     """The text of the prompt's tokens only (not the whole vocabulary), when a model gave one."""
     if vocab is None:
         return None
     return {i: vocab[i] for ids in tokens.values() for i in ids if 0 <= i < len(vocab)}
 
 
-def check_page(checked: list[tuple[Report, PageData]], vocab: list[str] | None = None,
+def check_page(checked: list[tuple[Report, PageData]], vocab: Sequence[str] | None = None,
                errors: list[str] = ()) -> str:
     """The page of `attncheck check` (and `run`): one section per dump, unusable ones as their error line."""
     body, dumps = [], []

@@ -172,8 +172,8 @@
 
   function headFigure(site, h) {
     var f = site.fig[h];
-    if (!f) return "no element of this head was compared";
-    return "worst |err|/bound " + fmt(f[2], 2) + (f[3] ? " (" + f[3] + ")" : "") + "; " + f[0] +
+    if (!f || (!f[0] && !f[1])) return "no element of this head was compared";
+    return "need " + fmt(f[2], 2) + " (worst |err|/bound" + (f[3] ? ", " + f[3] : "") + "); " + f[0] +
            " elements compared, " + f[1] + " beyond their bound";
   }
 
@@ -183,7 +183,8 @@
                 ") · layer " + site.l + " · head " + h + " of 0.." + (site.H - 1) + " (reads KV head " + g + ")";
     body.appendChild(el("h2", {text: title}));
     var hi = site.heads.indexOf(h), ri = (site.rheads || []).indexOf(h);
-    body.appendChild(el("p", {cls: site.fig[h] && site.fig[h][1] ? "verdict fail" : "verdict pass", id: "head-status",
+    var f = site.fig[h], state = f && f[1] ? "fail" : f && f[0] ? "pass" : "unverified";
+    body.appendChild(el("p", {cls: "verdict " + state, id: "head-status",
                               text: hi < 0 && ri < 0 ? "head " + h + " was not printed (llama.cpp printed heads " +
                                     span(site.heads) + ")" : headFigure(site, h)}));
     var fails = site.fails.filter(function (f) { return f[0] === h; });
@@ -444,7 +445,7 @@
     if (at.h === null) {
       var f = site.lfig;
       at.cell.title = where + ", checks of no single head (the sum line, cache views, whole-layer nodes): " +
-        (f ? "worst |err|/bound " + fmt(f[2], 2) + " (" + f[3] + "); " + f[0] + " elements compared, " + f[1] + " beyond their bound" : "none");
+        (f ? "need " + fmt(f[2], 2) + " (worst |err|/bound, " + f[3] + "); " + f[0] + " elements compared, " + f[1] + " beyond their bound" : "none");
       return;
     }
     at.cell.title = where + " head " + at.h + ": " + (site.fig[at.h] ? headFigure(site, at.h) :

@@ -6,13 +6,13 @@ import json
 import math
 import os
 import sys
-from typing import Callable
+from typing import Callable, Sequence
 
 import click
 from rich.console import Console
 
 from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
-from ..arch.vocab import GLUE
+from ..arch.vocab import GLUE, Texts
 from ..errors import ModelError, printable
 
 PIPE_WIDTH = 120  # a pipe or CI log without COLUMNS: wider than rich's default 80
@@ -255,17 +255,19 @@ def write_html(target: str, build) -> int:
     return written("--html", target, lambda: write_page(target, build()))
 
 
-def vocab(model: str | None) -> list[str] | None:
-    """The model's token texts for the page's axes (None without a model or a vocabulary)."""
+def vocab(model: str | None) -> Sequence[str] | None:
+    """The model's token texts for the page's axes, as text (a space, not GPT-2's "Ġ"; arch/vocab.py); None without
+    a model or a vocabulary."""
     if model is None:
         return None
     from ..arch.gguf_header import read_header
 
     try:
-        tokens = read_header(model).meta.get("tokenizer.ggml.tokens")
+        meta = read_header(model).meta
     except ModelError:
         return None
-    return None if tokens is None or isinstance(tokens, int) else tokens  # a lazily decoded list (gguf_header.Strings)
+    tokens = meta.get("tokenizer.ggml.tokens")  # a lazily decoded list (gguf_header.Strings)
+    return None if tokens is None or isinstance(tokens, int) else Texts(tokens, meta.get("tokenizer.ggml.model"))
 
 
 def model_meta(model: str | None) -> dict | None:

@@ -144,6 +144,7 @@ class Evaluation:
     other_softmax: list[Node] = field(default_factory=list)  # SOFT_MAX that is not attention (MoE routers, pooling)
     damaged: list[int] = field(default_factory=list)  # lines of lost or garbled text within this evaluation
     damaged_names: dict[str, int] = field(default_factory=dict)  # node name → line of its damaged header
+    lost: list[int] = field(default_factory=list)  # lines of damaged headers: nodes missing whole from `nodes`
 
     def __getstate__(self) -> dict:
         """What a worker process is sent (diff -j): the nodes without their links, as indices (a chain of inputs
@@ -152,7 +153,7 @@ class Evaluation:
         at = {id(n): i for i, n in enumerate(self.nodes)}
         link = lambda x: -1 if x is None else at[id(x)]  # noqa: E731
         nodes = [(n.name, n.type, n.op, n.srcs, n.ne, n.line, n.body, n.body_line, n.cut, link(n.inputs[0]),
-                  link(n.inputs[1])) for n in self.nodes]
+                  link(n.inputs[1]), n.lost) for n in self.nodes]
         state = {k: v for k, v in self.__dict__.items() if k not in ("nodes", "sites", "flash", "other_softmax")}
         return {**state, "nodes": nodes}
 
@@ -161,6 +162,7 @@ class Evaluation:
         nodes = [Node(*row[:9]) for row in rows]
         for n, row in zip(nodes, rows):
             n.inputs = (None if row[9] < 0 else nodes[row[9]], None if row[10] < 0 else nodes[row[10]])
+            n.lost = row[11]
         self.__dict__.update(state, nodes=nodes)
         self.sites, self.flash, self.other_softmax = find_sites(nodes)
 
@@ -301,43 +303,70 @@ class Dump:
         n_past: int | None = 0
         tokens: tuple[int, ...] | None = None
 
+        early: list[Note] = []  # damage read before an evaluation's first node (its first header the damaged one)
+        split = False  # the header of an evaluation's first node came damaged: the next evaluation starts there
+        lead: str | None = None  # the name of a run's first node whose header came damaged: its next print starts one
+
         def finish(ev: Evaluation, final: bool = False) -> Evaluation:
             ev.sites, ev.flash, ev.other_softmax = find_sites(ev.nodes)
             self._check_whole(ev, final)
             return ev
 
+        def damage(ev: Evaluation, note: Note) -> None:
+            ev.damaged.append(note.line)
+            if note.lost:
+                ev.lost.append(note.line)
+            if note.name:
+                ev.damaged_names.setdefault(note.name, note.line)
+
         for rec in records:
             if rec.__class__ is Note:
                 self.notes.append(rec)
-                if current is not None and rec.damage:
-                    current.damaged.append(rec.line)
+                if rec.lost and rec.name and current is not None and current.nodes and first_key is not None \
+                        and rec.name == first_key[0]:
+                    split = True
+                if rec.lost and rec.name and current is None and first_key is None:
+                    lead = rec.name
+                if rec.damage and current is not None and not split:
+                    damage(current, rec)
                     if rec.name:
-                        current.damaged_names.setdefault(rec.name, rec.line)
+                        latest.lose(rec.name)
+                elif rec.damage:
+                    early.append(rec)
                 continue
             if rec.__class__ is RunStart:
                 self.runs.append(rec)
                 if current is not None:
                     yield finish(current)
                     index += 1
-                current, latest, first_key = None, Names(), None
+                current, latest, first_key, early, split, lead = None, Names(), None, [], False, None
                 run, in_run, n_past, tokens = run + 1, 0, 0, rec.tokens
                 continue
             node: Node = rec
             s0, s1 = node.srcs
             key = (node.name, node.op, s0.name if s0 else None)
-            if current is not None and key == first_key:
+            again = key == first_key or node.name == lead  # the graph starts again (its first header, or the one lost)
+            if current is not None and (again or split):
                 yield finish(current)
                 T = current.T
                 n_past = None if (T is None or n_past is None) else n_past + T
                 index, in_run = index + 1, in_run + 1
                 current, latest = None, Names()
+                lead = None if node.name == lead else lead
             if current is None:
                 if run < 0:
                     run = 0
                 current = Evaluation(index, run, in_run, n_past, tokens, runs_before=len(self.runs))
-                first_key = key
+                first_key = first_key if split else key  # a lost first header: the evaluations still start with it
+                for note in early:
+                    damage(current, note)
+                    if note.name:
+                        latest.lose(note.name)
+                early, split = [], False
             node.inputs = (None if s0 is None else latest.source(node, 0),
                            None if s1 is None else latest.source(node, 1))
+            node.lost = sum(1 << i for i, (s, found) in enumerate(zip(node.srcs, node.inputs))
+                            if s is not None and found is None and s.name in latest.lost)
             latest.add(node)
             current.nodes.append(node)
             if len(current.nodes) > MAX_NODES:  # every node is held until its evaluation ends: memory has a ceiling

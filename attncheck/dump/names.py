@@ -46,10 +46,21 @@ class Names:
     def __init__(self) -> None:
         self.by_name: dict[str, Node] = {}
         self.by_key: dict[tuple, list[Node]] = defaultdict(list)
+        self.lost: set[str] = set()  # names whose latest header was damaged
 
     def add(self, node: Node) -> None:
+        self.lost.discard(node.name)
         self.by_name[node.name] = node
         self.by_key[(node.name, node.ne)].append(node)
+
+    def lose(self, name: str) -> None:
+        """A node of this name was printed but its header was damaged: until another of the name is printed, a
+        source of that name is the lost node (resolved to None), never an earlier node that shares its name
+        (llama.cpp names a RESHAPE and the ROPE after it both Qcur-0)."""
+        self.lost.add(name)
+        self.by_name.pop(name, None)
+        for key in [k for k in self.by_key if k[0] == name]:
+            del self.by_key[key]
 
     def source(self, node: Node, i: int) -> Node | None:
         """The node node.srcs[i] names: the latest of that name and ne (else of that name); among several of the same

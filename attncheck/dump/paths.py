@@ -24,7 +24,7 @@ def chain_back(start: Node | None) -> list[Node]:
 def rotation(n: Node | None, d_h: int | None) -> bool:
     """A Hadamard rotation (attn_inp_k_rot / attn_inp_v_rot): MUL_MAT of an unprinted square {r, r} input, r
     dividing the head dim, over an activation reshaped into rows of r; its result has the rows' shape."""
-    if n is None or n.op != "MUL_MAT" or n.inputs[0] is not None or n.inputs[1] is None or n.srcs[0] is None:
+    if n is None or n.op != "MUL_MAT" or not n.unprinted(0) or n.inputs[1] is None or n.srcs[0] is None:
         return False
     r = n.srcs[0].ne
     return (r[0] == r[1] and r[2] == r[3] == 1 and bool(d_h) and d_h % r[0] == 0 and n.ne == n.inputs[1].ne
@@ -69,10 +69,10 @@ def post_of(branch: Node, consumers: dict[int, list[Node]]) -> Node | None:
         return n
     if n.op not in NORMS:
         return None
-    mul = next((x for x in consumers[id(n)] if x.op == "MUL" and x.inputs[0] is n and x.inputs[1] is None), None)
+    mul = next((x for x in consumers[id(n)] if x.op == "MUL" and x.inputs[0] is n and x.unprinted(1)), None)
     if mul is None:
         return None
-    bias = next((x for x in consumers[id(mul)] if x.op == "ADD" and x.inputs[0] is mul and x.inputs[1] is None), None)
+    bias = next((x for x in consumers[id(mul)] if x.op == "ADD" and x.inputs[0] is mul and x.unprinted(1)), None)
     return bias or mul
 
 
@@ -82,9 +82,9 @@ def before_post(n: Node | None) -> Node | None:
         return None
     if n.op == "SCALE":
         return n.inputs[0]
-    if n.op == "ADD" and n.inputs[1] is None and n.inputs[0] is not None:
+    if n.op == "ADD" and n.unprinted(1) and n.inputs[0] is not None:
         n = n.inputs[0]
-    if n.op == "MUL" and n.inputs[1] is None and n.inputs[0] is not None and n.inputs[0].op in NORMS:
+    if n.op == "MUL" and n.unprinted(1) and n.inputs[0] is not None and n.inputs[0].op in NORMS:
         return n.inputs[0].inputs[0]
     return None
 
@@ -92,7 +92,7 @@ def before_post(n: Node | None) -> Node | None:
 def _after_matmul(n: Node) -> bool:
     """A node that may follow a weight MUL_MAT within one role, reading it as src0: the bias ADD (of a weight, not a
     printed node), a SCALE (logit scale, soft-cap), a TANH (soft-cap)."""
-    return n.op in ("SCALE", "TANH") or (n.op == "ADD" and n.inputs[1] is None)
+    return n.op in ("SCALE", "TANH") or (n.op == "ADD" and n.unprinted(1))
 
 
 def output_chain(mm: Node, consumers: dict[int, list[Node]]) -> list[Node]:
@@ -122,6 +122,6 @@ def position_after_matmul(node: Node) -> int | None:
 
 def is_branch(n: Node | None) -> bool:
     """A branch output (a weight MUL_MAT, or its bias ADD), as opposed to a residual stream."""
-    if n is not None and n.op == "ADD" and n.inputs[1] is None:
+    if n is not None and n.op == "ADD" and n.unprinted(1):
         n = n.inputs[0]
-    return n is not None and n.op == "MUL_MAT" and n.inputs[0] is None and n.inputs[1] is not None
+    return n is not None and n.op == "MUL_MAT" and n.unprinted(0) and n.inputs[1] is not None

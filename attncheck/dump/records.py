@@ -38,6 +38,7 @@ _HEADER = re.compile(
     r"(?P<name>.*?) = \((?P<type>[^()\s]+)\) *(?P<op>[A-Z0-9_]+)\((?P<srcs>.*)\}\) = \{(?P<ne>[-\d, ]+)\}\s*$"
 )
 _DAMAGED_NAME = re.compile(r"(.*?) = \(")  # a damaged header may still say whose it was
+MAX_NAME_SAID = 80  # a longer "name" of a damaged header is more likely the damage itself: not repeated in the warning
 _SRC = re.compile(r"(?P<name>.*?)\{(?P<ne>[-\d, ]+)\}$")
 # a count is a size_t (at most 20 digits), a token id an int32 (10): more digits are no count or id llama.cpp printed
 _TOKENS = re.compile(rb"number of input tokens = (\d{1,20})(?!\d)[^\n]*\n")
@@ -76,6 +77,12 @@ class Node:
     body_line: int  # 1-based line where the body starts
     cut: bool = False  # the input ended inside this node
     inputs: tuple["Node | None", "Node | None"] = field(default=(None, None), repr=False)  # resolved by graph.py
+    lost: int = 0  # bit i set: src i names a node whose header was damaged (so inputs[i] is None), not a weight
+
+    def unprinted(self, i: int) -> bool:
+        """src i is a tensor llama.cpp does not print (a weight, a bias, an input like inp_pos), not a printed node
+        and not one whose header was lost: what tells a weight MUL_MAT or a bias ADD from the others."""
+        return self.inputs[i] is None and not (self.lost >> i) & 1
 
     @property
     def last_line(self) -> int:
@@ -112,6 +119,7 @@ class Note(NamedTuple):
     message: str
     damage: bool = False
     name: str | None = None  # the node whose header was damaged, when its name could still be read
+    lost: bool = False  # a header line was damaged: a whole node is missing from the graph (not just a row of one)
 
 
 Record = Node | RunStart | Note
@@ -221,8 +229,10 @@ def scan(stream: BinaryIO, source: str, on_read: Callable[[bytes], None] | None 
             parsed = _parse_header_at(m.group(1)) if len(m.group(1)) <= MAX_HEADER else None
             if parsed is None:
                 named = _DAMAGED_NAME.match(m.group(1).decode("utf-8", "replace"))
-                yield Note(header_line, "damaged header line (interleaved output?): skipped with its body",
-                           damage=True, name=named.group(1).strip() if named else None)
+                name = named.group(1).strip() if named else None
+                of = f" of '{name}'" if name and len(name) <= MAX_NAME_SAID else ""
+                yield Note(header_line, f"damaged header line{of} (interleaved output?): skipped with its body",
+                           damage=True, name=name, lost=True)
                 pending = None
                 continue
             at = m.start()

@@ -10,6 +10,7 @@ Three kinds of role, so two dumps of different llama.cpp versions line up by (la
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .graph import Evaluation
@@ -90,7 +91,7 @@ class Roles:
 
 def _weight_matmul(n: Node | None) -> bool:
     """MUL_MAT of a weight: src0 is not a printed node (weights are not printed), src1 is."""
-    return n is not None and n.op == "MUL_MAT" and n.inputs[0] is None and n.inputs[1] is not None
+    return n is not None and n.op == "MUL_MAT" and n.unprinted(0) and n.inputs[1] is not None
 
 
 def _cur(chain: list[Node], D_h: int | None, T: int) -> Node | None:
@@ -144,10 +145,11 @@ def assign(ev: Evaluation) -> Roles:
             first, T, D_h = out, out.ne[2], out.ne[0]
         r = {k: v for k, v in r.items() if v is not None}
         span = ev.nodes[prev_end + 1: order[id(first)]]
-        _stores(span, r)
+        start = span[0].line if span else first.line
+        _stores(span, r, ev.lost, start, first.line)
         if site is None and "k_view" in r:  # FLASH_ATTN_EXT does not name V: the other view of K's shape
             v = [n for n in span if n.ne == r["k_view"].ne and n is not r["k_view"] and n.op in LAYOUT]
-            if v:
+            if v and not _lost_between(ev.lost, v[-1].line, first.line):  # else V's own view may be the lost one
                 r["v_view"] = v[-1]
         for name, start, steps in (("Qcur", "q", {"scaled": "q_scaled", "rot": "q_rot"}),
                                    ("Kcur", "k_store", {"rot": "k_rot"}), ("Vcur", "v_store", {"rot": "v_rot"})):
@@ -160,7 +162,7 @@ def assign(ev: Evaluation) -> Roles:
         norm = _norm_of(r.get("Qcur")) or _norm_of(r.get("Kcur"))
         if norm is not None:
             r["attn_norm"] = norm
-        end = _after_attention(out, r, ev.nodes, order, consumers, D_h)
+        end = _after_attention(out, r, ev.nodes, order, consumers, D_h, ev.lost)
         layers.append(r)
         prev_end = end if end is not None else order[id(out)] if out is not None else prev_end
     of: dict[int, Role] = {}
@@ -176,7 +178,7 @@ def assign(ev: Evaluation) -> Roles:
     sections += [("layer", L, r) for L, r in enumerate(layers)]
     if layers and "l_out" in layers[-1]:
         tail = [n for n in ev.nodes[order[id(layers[-1]["l_out"])] + 1:] if _weight_matmul(n)]
-        if tail:
+        if tail and not _lost_between(ev.lost, tail[-1].line, ev.nodes[-1].line + 1):  # else the logits may be lost
             output = tuple(output_chain(tail[-1], consumers))
             out_roles = {"result_output": output[-1]}
             if tail[-1].inputs[1] is not None:
@@ -195,26 +197,37 @@ def assign(ev: Evaluation) -> Roles:
     return Roles(of, layers, _after_out_ids(ev.nodes, consumers), output)
 
 
-def _stores(span: list[Node], r: dict[str, Node]) -> None:
+def _lost_between(lost: Sequence[int], a: int, b: int) -> bool:
+    """A damaged header (a node missing whole) between lines a and b: a role picked there by its position among
+    the nodes (the first store, the first weight MUL_MAT) may belong to the node that was lost."""
+    return any(a < x < b for x in lost)
+
+
+def _stores(span: list[Node], r: dict[str, Node], lost: Sequence[int] = (), start: int = 0, end: int = 0) -> None:
     """The cache writes before a layer's attention: SET_ROWS, or CPY into a view (2024). K is written first
-    (llama.cpp's build_attn stores K, then V, in every version)."""
+    (llama.cpp's build_attn stores K, then V, in every version). Fewer than both found while a header was lost in
+    the span (lines start..end): which one was lost is not known, so neither is named."""
     stores = [n for n in span if n.op == "SET_ROWS" or (n.op == "CPY" and n.inputs[1] is not None
                                                         and n.inputs[1].op == "VIEW")]
+    if len(stores) < len(STORES) and _lost_between(lost, start - 1, end):
+        return
     for name, n in zip(STORES, stores):
         r[name] = n
 
 
 def _after_attention(out: Node | None, r: dict[str, Node], nodes: list[Node], order: dict[int, int],
-                     consumers: dict[int, list[Node]], d_h: int | None = None) -> int | None:
+                     consumers: dict[int, list[Node]], d_h: int | None = None,
+                     lost: Sequence[int] = ()) -> int | None:
     """kqv_out, attn_out, ffn_inp, ffn_norm, ffn_out, l_out after one layer's attention (and kqv_unrot, attn_post,
-    ffn_post, attn_ffn where the family has them); returns l_out's index."""
+    ffn_post, attn_ffn where the family has them); returns l_out's index. lost: lines of damaged headers (ffn_norm
+    is not named when one lies before the first weight MUL_MAT of the FFN: that MUL_MAT may be the lost node)."""
     if out is None:
         return None
     n = _merge_heads(out, r, consumers, d_h)
     mm = next((c for c in consumers[id(n)] if _weight_matmul(c) and c.inputs[1] is n), None)
     if mm is None:
         return None
-    bias = next((c for c in consumers[id(mm)] if c.op == "ADD" and c.inputs[0] is mm and c.inputs[1] is None), None)
+    bias = next((c for c in consumers[id(mm)] if c.op == "ADD" and c.inputs[0] is mm and c.unprinted(1)), None)
     attn_out = bias or mm
     r["attn_out"] = attn_out
     n = attn_out
@@ -252,7 +265,7 @@ def _after_attention(out: Node | None, r: dict[str, Node], nodes: list[Node], or
     if other is not None:
         r["ffn_out"] = other
     mm = next((x for x in nodes[order[id(ffn_inp)] + 1: order[id(l_out)]] if _weight_matmul(x)), None)
-    if mm is not None:
+    if mm is not None and not _lost_between(lost, ffn_inp.line, mm.line):
         r["ffn_norm"] = mm.inputs[1]
     return order[id(l_out)]
 

@@ -4,7 +4,7 @@ page, from the same collector (check/page.py) fed with the dump-only checks of t
 model's checks and reference."""
 from __future__ import annotations
 
-from typing import BinaryIO
+from typing import BinaryIO, Sequence
 
 import numpy as np
 from rich.text import Text
@@ -22,14 +22,14 @@ from .render import _err, _fmt, mask_line, verdict
 from .walk import HeadWalk, select, span, walk_site
 
 
-def _token(w: HeadWalk, position: int, vocab: list[str] | None) -> str:
+def _token(w: HeadWalk, position: int, vocab: Sequence[str] | None) -> str:
     t = w.token(position)
     if t is None:
         return ""
     return f"{t} {vocab[t]!r}" if vocab is not None and 0 <= t < len(vocab) else str(t)
 
 
-def header(w: HeadWalk, vocab: list[str] | None) -> str:
+def header(w: HeadWalk, vocab: Sequence[str] | None) -> str:
     gqa = (f"head {w.head} reads KV head {w.kv_head} (H = {w.H} query heads share H_kv = {w.H_kv} KV heads)"
            if w.H_kv != w.H else f"head {w.head} reads KV head {w.kv_head} (H = H_kv = {w.H}: no head sharing)")
     rows = [("source", w.source), ("evaluation", f"{w.evaluation} (run {w.run}, n_past {w.n_past}, T {w.T})"),
@@ -43,7 +43,7 @@ def header(w: HeadWalk, vocab: list[str] | None) -> str:
     return table(("", ""), rows, "facts")
 
 
-def scores(w: HeadWalk, vocab: list[str] | None) -> str:
+def scores(w: HeadWalk, vocab: Sequence[str] | None) -> str:
     r = w.row
     rows = []
     for i, j in enumerate(int(x) for x in r.slots):
@@ -80,7 +80,7 @@ def model_rows(mw: ModelWalk) -> str:
 
 def head_page(dump: Dump | str | BinaryIO, layer: int, head: int, *, query: int | None = None, evaluation: int = 0,
               kq_scale: float | None = None, model: str | None = None, tokens: tuple[int, ...] | None = None,
-              vocab: list[str] | None = None) -> tuple[HeadWalk, ModelWalk | None, str]:
+              vocab: Sequence[str] | None = None) -> tuple[HeadWalk, ModelWalk | None, str]:
     """The walk (and the model's side of it), and the page showing both with the head's heatmaps."""
     header_ = read_header(model) if model is not None else None
     given = given_facts(Options(kq_scale=kq_scale), header_)

@@ -107,6 +107,11 @@ class ModelChecker:
             light = work.light_layer(L)
             items.append((light, [it for m in L.mapped if (it := self._item(ev, light, m, why)) is not None]))
         self._ambiguous(ev, layers, why)
+        for n in ev.nodes:  # no reference place found: say when the node reads one whose header was lost
+            lost = [s.name for i, s in enumerate(n.srcs) if (n.lost >> i) & 1]
+            if lost and id(n) not in why:
+                at = ev.damaged_names.get(lost[0])
+                why[id(n)] = f"reads '{lost[0]}', whose header was damaged" + (f" (line {at})" if at else "")
         self.work.add(ev, roles, why, items)
         if not self.deferred:
             out += self._flush(keep=True)

@@ -61,6 +61,8 @@ class Summary:
                 reason = "the dump ends inside it"
             if reason is None:
                 reason = f"no node of the reference forward pass is at its place ({role + ', ' if role else ''}{op})"
+                if ev.lost:  # a role found by its position among the nodes is not named when a node may be missing
+                    reason += f", or the header damaged at line {ev.lost[0]} hid its place"
             self.unchecked.append((ev.index, line, name, reason))
 
     def unchecked_list(self) -> dict:

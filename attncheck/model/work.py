@@ -12,6 +12,8 @@ from ..dump.records import Node
 from ..dump.sample import Sample
 from .mapping import Layer, Mapped
 
+LOST = "its header line was damaged (interleaved output?): its values were not read"
+
 
 def light(node: Node) -> Node:
     """The node without its graph links, and without its printed text when every line of it is printed (row_line
@@ -53,6 +55,7 @@ class Evaluation:
     work: list[list[Item]]  # per layer
     nodes: list[tuple[int, str, str, bool, bool, str]]  # (line, name, op, quantized, cut, role) of every node
     why: dict[int, str]  # line → why it was not compared ("" once it was)
+    lost: list[int] = field(default_factory=list)  # lines of damaged headers (dump/graph.py Evaluation.lost)
 
 
 @dataclass
@@ -67,8 +70,12 @@ class Work:
             nodes.append((n.line, n.name, n.op, n.quantized, n.cut, role.name if role is not None else ""))
             if id(n) in why:
                 by_line[n.line] = why[id(n)]
+        named = {line: name for name, line in ev.damaged_names.items()}
+        for line in ev.lost:  # printed, but its header was damaged: not in the graph, counted all the same
+            nodes.append((line, named.get(line, "?"), "?", False, False, ""))
+            by_line[line] = LOST
         self.evaluations.append(Evaluation(ev.index, ev.run, ev.n_past or 0, [L for L, _ in layers],
-                                           [items for _, items in layers], nodes, by_line))
+                                           [items for _, items in layers], nodes, by_line, list(ev.lost)))
 
     def items(self):
         """(evaluation, layer, item) of every node kept, in dump order."""

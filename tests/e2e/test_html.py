@@ -114,12 +114,12 @@ def test_a_failing_dump_in_the_browser(browser, tmp_path, with_model):
     page("check", failing_copy(tmp_path / "bad.txt"), "--html", out, "-q", *model, code=1)
     open_page(browser, out)
     assert len(css(browser, "table.grid.ev td.c")) == 1 * 2 * 12  # evaluations × layers × heads
-    failing = css(browser, "table.grid.ev td.c.r5")
+    failing = css(browser, "table.grid.ev td.c.failing")
     assert len(failing) == 1 and failing[0].text == "✗"
     from selenium.webdriver.common.action_chains import ActionChains
 
     ActionChains(browser).move_to_element(failing[0]).perform()  # hover: the cell's counts
-    assert "eval 0 layer 0 head 0: worst |err|/bound" in failing[0].get_attribute("title")
+    assert "eval 0 layer 0 head 0: need " in failing[0].get_attribute("title")
     assert "beyond their bound" in failing[0].get_attribute("title")
     bad = click_and_wait(browser, failing[0], "#head-view table.heat.p td.bad")
     head, query, slot = FAILING
@@ -150,11 +150,11 @@ def test_untrusted_text_shows_as_text_and_runs_nothing(browser, tmp_path):
          "--html", out, "-q", code=1)
     open_page(browser, out)
     assert NASTY_NODE in browser.find_element("css selector", "ul.failures").text
-    click_and_wait(browser, css(browser, "table.grid.ev td.c.r5")[0], "#head-view table.heat.p td.bad")
+    click_and_wait(browser, css(browser, "table.grid.ev td.c.failing")[0], "#head-view table.heat.p td.bad")
     assert NASTY_NODE in browser.find_element("css selector", "#head-view h3").text
     slot0 = css(browser, "#head-view table.heat.p thead th")[1]
     assert json.dumps(NASTY) in slot0.text  # token 257's text on the slot axis, quoted as the page quotes tokens
-    for cell in css(browser, "table.grid.ev td.c.r5"):
+    for cell in css(browser, "table.grid.ev td.c.failing"):
         cell.click()
     assert_clean(browser)
     shot(browser, "untrusted-text.png")
@@ -227,3 +227,22 @@ def test_diff_page_links_the_first_divergent_node(browser, tmp_path):
     assert "first divergent node" in row.text and "DIFF" in row.text
     assert_clean(browser)
     shot(browser, "diff.png")
+
+
+def test_the_docs_picture_script_draws_the_page(tmp_path):
+    """scripts/page_picture.py, which makes docs/html-page.png: here into a scratch file, the grids and one failing
+    head 1000 px wide (its own Chromium: the script is run as a user runs it)."""
+    import struct
+
+    if not all(_tools()):
+        if os.environ.get("ATTNCHECK_BROWSER_REQUIRED"):
+            pytest.fail("the picture script needs chromium, chromedriver and selenium (make e2e installs them)")
+        pytest.skip("needs chromium, chromedriver and selenium (make e2e installs them)")
+    out = tmp_path / "page.png"
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "page_picture.py"), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    png = out.read_bytes()
+    width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and width == 1000 and 400 < height < 2000
+    assert f"wrote {out} (1000 × {height} px)" in r.stdout

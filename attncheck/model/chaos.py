@@ -27,7 +27,7 @@ from .reference import Reference
 # The twin's chaos times these is what a printed value (gross) and a node as a whole (systematic) may move past layer
 # 0: HEADROOM 1.5 times the largest ratio of a correct run's need to its twin's chaos, over the 315 runs of the `wide`
 # and `iq4` sets (scripts/calibrate.py fit: 1.74 and 1.47, SmolLM2 F16 on the 2024 build and gemma-3-270m). Held out,
-# on the 98 runs of `iq4-confirm` and `wide-confirm`, the largest ratios were 1.50 and 1.32: no false alarm, with or
+# on the 121 runs of `iq4-confirm` and `wide-confirm`, the largest ratios were 1.50 and 1.33: no false alarm, with or
 # without the table; leaving each of 28 models out in turn, none either (docs/numerics.md §5.1)
 TWIN_GROSS = 2.62
 TWIN_SYSTEMATIC = 2.21

@@ -8,10 +8,10 @@ and confirm it on runs the fit never saw.
     python scripts/calibrate.py check OUTDIR SET [SET ...]       # false alarms of the bounds in bounds.py
     python scripts/calibrate.py confirm OUTDIR FIT[,FIT] SET [SET ...]  # fit on FIT, false alarms on the others
 
-SETS: `wide` (calibration) and `wide-confirm` (confirmation: other prompts, ubatch sizes and cache types); the
-earlier `calibrate`, `confirm` and `confirm4` sets are kept. Each run names its model, the llama.cpp build (`new`:
-today's, `old`: August 2024's, whose log prints no token ids: they are taken from the `new` dump of the same prompt),
-its prompt and flags. An existing dump is reused. `measure` records, per cascade node (every node past layer 0's
+SETS: `wide` and `iq4` (calibration) and `wide-confirm` and `iq4-confirm` (confirmation: other prompts, ubatch sizes
+and cache types; `iq4*`: IQ4_NL K and V caches); the earlier `calibrate`, `confirm` and `confirm4` sets are kept.
+Each run names its model, the llama.cpp build (`new`: today's, `old`: August 2024's, whose log prints no token ids:
+they are taken from the `new` dump of the same prompt), its prompt and flags. An existing dump is reused. `measure` records, per cascade node (every node past layer 0's
 attention), its regime, class, depth and the normalised excess of each printed element (z = (|err| − print and f32
 rounding) / allowance unit: bounds.py), and per layer-0 node its need; `fit` chooses the allowances from a set of
 runs and prints, leaving each model out in turn, whether its runs pass the allowances fitted without it.

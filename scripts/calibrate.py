@@ -6,7 +6,7 @@ and confirm it on runs the fit never saw.
     python scripts/calibrate.py measure OUTDIR SET [MODEL ...]   # attncheck check --model on each: OUTDIR/SET.jsonl
     python scripts/calibrate.py fit OUTDIR SET [SET ...]         # the allowances, and leave-one-model-out
     python scripts/calibrate.py check OUTDIR SET [SET ...]       # false alarms of the bounds in bounds.py
-    python scripts/calibrate.py confirm OUTDIR FIT SET [SET ...]  # fit on FIT, false alarms on the others
+    python scripts/calibrate.py confirm OUTDIR FIT[,FIT] SET [SET ...]  # fit on FIT, false alarms on the others
 
 SETS: `wide` (calibration) and `wide-confirm` (confirmation: other prompts, ubatch sizes and cache types); the
 earlier `calibrate`, `confirm` and `confirm4` sets are kept. Each run names its model, the llama.cpp build (`new`:
@@ -120,6 +120,18 @@ TEXT = {
         ("s300-ub64", paragraph(16, 5), ("-ub", "64", "-c", "2048"), ("new",)),
         ("s550", paragraph(30, 3), ("-c", "2048", "-b", "2048", "-ub", "2048"), ("new",)),
     ],
+    # an IQ4_NL cache (its own class in bounds.KV_CLASS: each block's scale is chosen by a search, so f32 noise can
+    # change a whole block): calibration and, on other prompts, flags and cache pairings, confirmation
+    "iq4": [
+        ("s50-iq4v", paragraph(3, 2), ("-ctk", "q5_0", "-ctv", "iq4_nl", "-fa", "on"), ("new",)),
+        ("s50-iq4kv", paragraph(3, 7), ("-ctk", "iq4_nl", "-ctv", "iq4_nl", "-fa", "on"), ("new",)),
+        ("s150-iq4v-ub32", paragraph(8, 3), ("-ctk", "q8_0", "-ctv", "iq4_nl", "-fa", "on", "-ub", "32"), ("new",)),
+    ],
+    "iq4-confirm": [
+        ("s30-iq4v", paragraph(2, 5), ("-ctk", "f16", "-ctv", "iq4_nl", "-fa", "on"), ("new",)),
+        ("s80-iq4kv-ub7", paragraph(4, 1), ("-ctk", "iq4_nl", "-ctv", "iq4_nl", "-fa", "on", "-ub", "7"), ("new",)),
+        ("s40-iq4k", paragraph(2, 6), ("-ctk", "iq4_nl"), ("new",)),
+    ],
 }
 _W = ["How", " are", " you", "I", " like", " to", " draw", "The", " cat", " sat", " on", " the", " mat", " animal",
       " didn", "'t", " cross", " street", " because", " it", " was", " too", " tired", ".", " Hello", " my", " name",
@@ -161,6 +173,16 @@ WORDS = {
         ("w30-fa-q50", words(30, 11, 5), ("-ctk", "q5_0", "-ctv", "q5_0", "-fa", "on"), ("new",)),
         ("w50-fa", words(50, 12, 5), ("-fa", "on"), ("new", "old")),
         ("w200-ub64", words(200, 13, 5), ("-ub", "64"), ("new",)),
+    ],
+    "iq4": [
+        ("w13-iq4v", words(13, 1), ("-ctk", "q5_0", "-ctv", "iq4_nl", "-fa", "on"), ("new",)),
+        ("w40-iq4kv", words(40, 4), ("-ctk", "iq4_nl", "-ctv", "iq4_nl", "-fa", "on"), ("new",)),
+        ("w100-iq4v-ub16", words(100, 5), ("-ctk", "q8_0", "-ctv", "iq4_nl", "-fa", "on", "-ub", "16"), ("new",)),
+    ],
+    "iq4-confirm": [
+        ("w20-iq4v", words(20, 10, 5), ("-ctk", "q4_0", "-ctv", "iq4_nl", "-fa", "on"), ("new",)),
+        ("w60-iq4kv-ub5", words(60, 12, 5), ("-ctk", "iq4_nl", "-ctv", "iq4_nl", "-fa", "on", "-ub", "5"), ("new",)),
+        ("w30-iq4k", words(30, 8, 5), ("-ctk", "iq4_nl"), ("new",)),
     ],
 }
 # what the 2024 build loads (scripts/README.md): these random models, SmolLM2; not gemma3, qwen3, granite, gpt2
@@ -222,11 +244,24 @@ def make_dump(out: Path, name: str, model: Path, prompt: str, flags: tuple[str, 
         args = ["-fa" if a == "--flash-attn" else a for a in args]
     elif "--flash-attn" not in args and "-fa" not in args:
         args = ["--flash-attn", "off", *args]
-    with open(dump.with_suffix(".tmp"), "wb") as f:
-        subprocess.run(["nice", "-n", "10", BINS[build], "-m", str(model), "-p", prompt, "-t", "2", "--seed", "1",
-                        *args], stdout=f, stderr=subprocess.STDOUT, check=False, timeout=1800)
+    for _ in range(ATTEMPTS):  # llama.cpp's logger loses its tail at exit in about half the runs: the last layer's
+        with open(dump.with_suffix(".tmp"), "wb") as f:  # nodes would be measured less often than the others
+            subprocess.run(["nice", "-n", "10", BINS[build], "-m", str(model), "-p", prompt, "-t", "2", "--seed", "1",
+                            *args], stdout=f, stderr=subprocess.STDOUT, check=False, timeout=1800)
+        if whole(dump.with_suffix(".tmp")):
+            break
     dump.with_suffix(".tmp").rename(dump)
     return dump
+
+
+ATTEMPTS = 12
+
+
+def whole(dump: Path) -> bool:
+    """Whether a dump holds llama.cpp's whole graph: the last node printed is the logits, with its sum line."""
+    text = dump.read_text(errors="replace")
+    last = max(text.rfind("common_debug_cb_eval:"), text.rfind("ggml_debug:"))  # today's header, 2024's
+    return last >= 0 and "result_output = " in text[last:last + 300] and "sum = " in text[last:]
 
 
 def logged_tokens(dump: Path) -> str | None:
@@ -271,6 +306,7 @@ def measure(dump: Path, model: Path, tokens: str | None) -> dict:
             "n_layer": mc.model.hparams.n_layer, "arch": mc.model.hparams.arch, "T": len(run0.get("tokens") or []),
             "cascade": [[n.ref_layer, n.cls, n.check, len(n.z), n.tau_needed, n.median] for n in notes
                         if n.tau_needed is not None],
+            "chaos": [list(n.chaos or (0.0, 0.0)) for n in notes if n.tau_needed is not None],
             "derived": [[n.check, n.need, n.beyond_print, n.n] for n in notes if n.error_model.startswith("derived")],
             "power": [[n.layer, n.node, n.check, round(n.bound, 6), round(n.rms, 6)] for n in notes
                       if n.check in ("model_q", "model_kq", "model_kqv") and n.evaluation == notes[-1].evaluation],

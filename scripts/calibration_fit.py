@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from attncheck.model.bounds import CASCADE, DEPTH, depth_bin  # noqa: E402
+from attncheck.model.chaos import TWIN_GROSS, TWIN_SYSTEMATIC  # noqa: E402
 
 HEADROOM = 1.5
 FLOOR = (2.0**-8, 5 * 2.0**-8)  # (systematic, gross) at least one / five bf16 steps of the value's rms: the resolution
@@ -76,13 +77,35 @@ def fit(rows: list[dict]) -> dict:
     return table
 
 
-def alarms(rows: list[dict], table: dict) -> list[str]:
-    """The cascade nodes of correct runs the limits would fail."""
+def _chaos(r: dict) -> list:
+    """The twin's (chaos_max, chaos_row) of each cascade node's layer ((0, 0) where the run was measured without)."""
+    return r.get("chaos") or [(0.0, 0.0)] * len(r.get("cascade", []))
+
+
+def twin_factors(rows: list[dict]) -> tuple[tuple[float, float], int]:
+    """(TWIN_GROSS, TWIN_SYSTEMATIC): HEADROOM times the largest ratio of a node's need beyond the floor to its
+    layer's chaos (chaos.py); and how many such nodes had no chaos to read (the table alone holds them)."""
+    worst, blind = [0.0, 0.0], 0
+    for r in rows:
+        for (_l, _c, _k, _n, zmax, med), chaos in zip(r.get("cascade", []), _chaos(r)):
+            for i, (need, floor) in enumerate(((zmax, FLOOR[1]), (med or 0.0, FLOOR[0]))):
+                if need > floor:
+                    if chaos[i] > 0:
+                        worst[i] = max(worst[i], need / chaos[i])
+                    else:
+                        blind += 1
+    return (round(HEADROOM * worst[0], 3), round(HEADROOM * worst[1], 3)), blind
+
+
+def alarms(rows: list[dict], table: dict, factors: tuple[float, float] = (0.0, 0.0)) -> list[str]:
+    """The cascade nodes of correct runs the limits would fail: the table's, or the twin's chaos times factors
+    (gross, systematic) where larger."""
     out = []
     for r in rows:
         reg = tuple(r.get("regime") or ())
-        for layer, cls, check, n, zmax, med in r.get("cascade", []):
+        for (layer, cls, check, n, zmax, med), chaos in zip(r.get("cascade", []), _chaos(r)):
             s, g = table[reg][cls][depth_bin(layer, r["n_layer"])]
+            s, g = max(s, factors[1] * chaos[1]), max(g, factors[0] * chaos[0])
             if zmax > g or (med or 0.0) > s:
                 out.append(f"{r['model']} {r['run']} layer {layer} {check}: z {zmax:.3g} (gross {g}), median "
                            f"{med:.3g} (systematic {s})")
@@ -109,11 +132,15 @@ def report(rows: list[dict]) -> None:
 
 def main(cmd: str, root: Path, sets: list[str]) -> int:
     if cmd == "confirm":  # fit on the first set, count the false alarms on the others
-        fitted, held = [r for r in load(root, sets[:1]) if "cascade" in r], [r for r in load(root, sets[1:])
-                                                                               if "cascade" in r]
-        bad = alarms(held, fit(fitted))
-        print(f"fitted on {sets[0]} ({len(fitted)} runs), confirmed on {', '.join(sets[1:])} ({len(held)} runs): "
-              f"{len(bad)} false alarms in {len({b.split(' layer')[0] for b in bad})} runs")
+        fit_sets = sets[0].split(",")  # FIT[,FIT...]
+        fitted, held = [r for r in load(root, fit_sets) if "cascade" in r], [r for r in load(root, sets[1:])
+                                                                             if "cascade" in r]
+        factors, _ = twin_factors(fitted)
+        bad = alarms(held, fit(fitted), factors)
+        print(f"fitted on {sets[0]} ({len(fitted)} runs; twin factors {factors}), confirmed on {', '.join(sets[1:])} "
+              f"({len(held)} runs): {len(bad)} false alarms in {len({b.split(' layer')[0] for b in bad})} runs")
+        alone = alarms(held, {reg: {c: ((0.0, 0.0),) * len(DEPTH) for c in CLASSES} for reg in CASCADE}, factors)
+        print(f"  the twin alone (no table): {len(alone)} false alarms")
         for b in bad[:30]:
             print("  " + b)
         return 1 if bad else 0
@@ -129,8 +156,8 @@ def main(cmd: str, root: Path, sets: list[str]) -> int:
     for f in derived_fail[:20]:
         print("  " + f)
     if cmd == "check":
-        bad = alarms(rows, CASCADE)
-        print(f"bounds.py's CASCADE: {len(bad)} false alarms")
+        bad = alarms(rows, CASCADE, (TWIN_GROSS, TWIN_SYSTEMATIC))
+        print(f"bounds.py's CASCADE and chaos.py's factors ({TWIN_GROSS}, {TWIN_SYSTEMATIC}): {len(bad)} false alarms")
         for b in bad[:30]:
             print("  " + b)
         report(rows)
@@ -144,15 +171,21 @@ def main(cmd: str, root: Path, sets: list[str]) -> int:
     for reg, by_cls in table.items():
         print(f"    {reg!r}: {{" + ", ".join(f"{cls!r}: {lim!r}" for cls, lim in by_cls.items()) + "},")
     print("}")
-    print("leave one model out:")
-    total = 0
+    factors, blind = twin_factors(rows)
+    print(f"twin factors (TWIN_GROSS, TWIN_SYSTEMATIC) = {factors}; {blind} needs beyond the floor with no chaos")
+    print("leave one model out (the table and the twin factors fitted without it; the table alone):")
+    total = total_table = 0
     for model in sorted({r["model"] for r in rows}):
         held = [r for r in rows if r["model"] == model]
-        bad = alarms(held, fit([r for r in rows if r["model"] != model]))
+        others = [r for r in rows if r["model"] != model]
+        table_wo = fit(others)
+        bad = alarms(held, table_wo, twin_factors(others)[0])
+        bad_table = alarms(held, table_wo)
         total += len(bad)
+        total_table += len(bad_table)
         worst = max((c[4] for r in held for c in r["cascade"]), default=0.0)
-        print(f"  {model:24s} {len(held):3d} runs, largest z {worst:7.3g}: {len(bad)} false alarms"
-              + (f" ({bad[0]})" if bad else ""))
-    print(f"leave-one-model-out false alarms: {total}")
+        print(f"  {model:24s} {len(held):3d} runs, largest z {worst:7.3g}: {len(bad)} false alarms (table alone "
+              f"{len(bad_table)})" + (f" ({bad[0]})" if bad else ""))
+    print(f"leave-one-model-out false alarms: {total} (table alone: {total_table})")
     report(rows)
     return 0

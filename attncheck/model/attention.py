@@ -83,9 +83,10 @@ def softmax(s: np.ndarray, visible: np.ndarray, kq_scale: float) -> np.ndarray:
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hp: Hparams, layer: int, cache: Cache,
-              f16_src1: str = "convert", exact: bool = True) -> dict[str, np.ndarray]:
+              f16_src1: str = "convert", exact: bool = True, q_exact: np.ndarray | None = None
+              ) -> dict[str, np.ndarray]:
     """q [T, H, D_k] (after RoPE), k [T, H_kv, D_k], v [T, H_kv, D_v] → the layer's attention nodes (sums in f64
-    when exact, else f32):
+    when exact, else f32); q_exact [T]: the queries whose q kq takes as f32 under f16_src1 "f32" (below):
 
     q (what kq reads) [T, H, D_k]; Krot, Vrot [T, H_kv, D] (rotated, when rotated); k_cache [H_kv, T, D_k];
     v_cache [H_kv, D_v, T]; kq, kq_scores, kq_soft_max [H, T, T]; kqv [H, T, D_v]; kqv_out [T, H·D_v] (in V's
@@ -108,12 +109,14 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hp: Hparams, layer: i
     out["k_cache"] = k_st.transpose(1, 0, 2)
     out["v_cache"] = v_st.transpose(1, 2, 0)
     k_fmt = matmul.vec_dot_type(numerics.KV_QT[cache.k_type])
-    if cache.k_type == "f16" and f16_src1 == "f32":
-        k_fmt = "f16"  # q before k·q is a permuted view, never contiguous: always converted
     sums = F64 if exact else F32  # exact sums where the error model is derived (layer 0)
     kh = np.repeat(out["k_cache"], group, axis=0).astype(sums)  # query head i reads KV head i // group
     mins = None if k_mins is None else np.repeat(k_mins.transpose(1, 0, 2), group, axis=0)
     kq = matmul.dot(q.transpose(1, 0, 2), kh, k_fmt, mins)  # [H, T, T]
+    if cache.k_type == "f16" and f16_src1 == "f32" and q_exact is not None and q_exact.any():
+        # q before k·q is a permuted view: converted to f16, but where the view is contiguous (an evaluation of one
+        # query), which a 2024 build's tinyBLAS multiplied as f32
+        kq[:, q_exact] = matmul.dot(q.transpose(1, 0, 2)[:, q_exact], kh, "f32")
     out["kq"] = kq
     scores = kq
     if hp.softcap:  # blocks.softcap node by node: SCALE(1/cap), TANH, SCALE(cap)

@@ -11,6 +11,7 @@ from .. import precision
 from ..dump.sample import Sample, parse_sample, row_line
 from ..results import CheckResult, Failure, Location, compare, compare_value, located
 from .bounds import F32_REL, NMSE_MAX, PRINT, cascade, node_class
+from .chaos import TWIN_GROSS, TWIN_SYSTEMATIC
 from .grid import coords
 from .node_expectation import Expectation, expectation
 from .mapping import KV_QUANTITIES, Layer, Mapped
@@ -56,6 +57,7 @@ class NodeComparison:
         cls = node_class(m.quantity, m.role)
         limits = cascade(self.activations, exp.kv_type, exp.v_type, cls, m.ref_layer,  # type: ignore[arg-type]
                          exp.ref.hparams.n_layer)
+        limits = (max(limits[0], TWIN_SYSTEMATIC * e.chaos[1]), max(limits[1], TWIN_GROSS * e.chaos[0]))
         nmse_cap = NMSE_MAX if e.derived else math.inf
         got, want = s.values[0][keep], e.want[keep]
         base = PRINT + F32_REL * np.abs(want) + e.extra[keep]
@@ -77,7 +79,7 @@ class NodeComparison:
         self._nmse(res, err, want, nmse_cap, np.maximum(err - PRINT, 0.0))
         self.summary.note(evaluation, L.layer, node, res, e.model, beyond, z, cls, m.ref_layer,
                           float(np.median(bound)) if np.size(bound) else 0.0,
-                          float(np.sqrt(np.mean(want**2))) if want.size else 0.0)
+                          float(np.sqrt(np.mean(want**2))) if want.size else 0.0, None if e.derived else e.chaos)
         out = [res]
         total = self._sum(node, s, e, bound, run, limits[1]) if self.heads is None and e.whole is not None else None
         return out + ([total] if total is not None else [])
@@ -92,8 +94,9 @@ class NodeComparison:
 
     def _bound(self, e: Expectation, keep, base, unit: np.ndarray | None, z: np.ndarray | None,
                limits: tuple[float, float]) -> tuple[np.ndarray, str]:
-        """Derived: base (print, f32, layer 0's noise and roundings). Cascade (bounds.CASCADE): each value within
-        gross·unit, unless more than half are beyond systematic·unit, the node off as a whole: then systematic."""
+        """Derived: base (print, f32, layer 0's noise and roundings). Cascade (bounds.CASCADE, or the twin's chaos of
+        the layer where larger: chaos.py): each value within gross·unit, unless more than half are beyond
+        systematic·unit, the node off as a whole: then systematic."""
         if e.derived:
             return base, ""
         systematic, gross = limits

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .chaos import chaos_of
 from .layer0 import U32, Layer0, gamma
 from .reference import Reference
 from .steps import UNIT
@@ -51,6 +52,10 @@ class Expected(Layer0):
         if quantity == "rows":
             return np.asarray(r.at_node(layer, role, position)[0][None], dtype=np.float64)
         return np.asarray(r.get(layer, ROLE.get(quantity, quantity)), dtype=np.float64)
+
+    def chaos(self, layer: int | None) -> tuple[float, float]:
+        """The twin's (chaos_max, chaos_row) of a reference layer (chaos.py)."""
+        return chaos_of(self._cache, self.ref, layer)
 
     def norm_input(self, role: str, layer: int | None) -> np.ndarray | None:
         """The input [T, width] of the norm a rows node is the output of (None when it is not a norm's output): the

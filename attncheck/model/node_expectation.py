@@ -35,6 +35,7 @@ class Expectation:
     whole: Whole | None  # None when the reference does not hold the whole tensor (the logits)
     unit: np.ndarray | None = None  # cascade: the allowance unit of each printed element (rms of the value × row gain)
     note: str = ""  # what the result should say of what was compared (a role at an earlier node than its last)
+    chaos: tuple[float, float] = (0.0, 0.0)  # cascade: the twin's (chaos_max, chaos_row) of its layer (chaos.py)
 
     @property
     def derived(self) -> bool:
@@ -71,7 +72,8 @@ def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int, printed
     model = ("derived" if derived else "cascade") + ("+flash" if flash else "")
     unit = None if derived else g.take(_unit(exp, m, ref, position))
     return Expectation(model, g.take(ref), extra, g.valid, whole, unit,
-                       note=exp.ref.at_node(ref_layer, m.role, position)[1] if position is not None else "")
+                       note=exp.ref.at_node(ref_layer, m.role, position)[1] if position is not None else "",
+                       chaos=(0.0, 0.0) if derived else exp.chaos(ref_layer))
 
 
 def _unit(exp: Expected, m: Mapped, ref: np.ndarray, position: int | None) -> np.ndarray:
@@ -116,4 +118,4 @@ def _logits(exp: Expected, node, n_past: int, T: int, printed: tuple[np.ndarray,
     zeros = np.zeros(want.shape)
     a = np.asarray(ref, np.float64)  # the logits the reference holds: every token at the printed vocabulary entries
     unit = np.full(want.shape, float(np.sqrt(np.mean(a * a))) if a.size else 0.0)
-    return Expectation("cascade", want, zeros, g.valid, None, unit, note=note)
+    return Expectation("cascade", want, zeros, g.valid, None, unit, note=note, chaos=exp.chaos(None))

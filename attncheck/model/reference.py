@@ -51,6 +51,8 @@ class Reference:
     # bias; the logits: bias, logit scale, soft-cap); the last is tensors[(layer, role)]
     steps: Mapping[tuple[int | None, str], tuple[np.ndarray, ...]] = field(default_factory=dict)
     fa: flash.Plan | None = None  # the flash-attention kernel of each position (flash.py); None without
+    # the same nodes from the twin pass (each weight MUL_MAT's output moved by f32 summation noise: chaos.py), or None
+    twin: Mapping[tuple[int | None, str], np.ndarray] | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -81,8 +83,11 @@ class Reference:
 class _Pass:
     """One forward pass: the model, its arithmetic, and the nodes computed so far."""
 
-    def __init__(self, model: Model, f16_src1: str, cache: Cache, fa: flash.Plan | None = None):
+    def __init__(self, model: Model, f16_src1: str, cache: Cache, fa: flash.Plan | None = None,
+                 jitter: np.random.Generator | None = None, q_exact: np.ndarray | None = None):
         self.m, self.hp, self.fw, self.s1, self.cache = model, model.hparams, model.hparams.forward, f16_src1, cache
+        self.jitter = jitter  # the twin pass: each weight MUL_MAT's output moved by summation noise (chaos.py)
+        self.q_exact = q_exact  # [T] queries whose kq took q as f32 (attention.py), None: none
         self.fa = fa  # the flash-attention kernel of each query position (flash.py), None without flash attention
         self.out: dict[tuple[int | None, str], np.ndarray] = {}
         self.steps: dict[tuple[int | None, str], tuple[np.ndarray, ...]] = {}  # Reference.steps
@@ -108,6 +113,8 @@ class _Pass:
     def linear_steps(self, prefix: str, x: np.ndarray) -> tuple[np.ndarray, ...]:
         """linear's value after the MUL_MAT, and after the bias ADD when the model has one."""
         y = weight_matmul(self.m, prefix + ".weight", x, self.s1, exact=self.exact)
+        if self.jitter is not None:
+            y = _jitter(y, x.shape[-1], self.jitter)
         if self.m.has(prefix + ".bias"):
             return y, (y + self.m.tensor(prefix + ".bias")).astype(F32)
         return (y,)
@@ -185,13 +192,13 @@ class _Pass:
     def layer(self, il: int, x: np.ndarray) -> np.ndarray:
         """One block; x [T, D] is the residual stream entering it; returns l_out."""
         p, fw, out = f"blk.{il}.", self.fw, self.out
-        self.exact = il == 0
+        self.exact = il == 0 and self.jitter is None  # the twin needs no f64 sums: its noise is larger
         cur = self.norm(p + "attn_norm", x, key=(il, "attn_norm"))
         src = self.norm(p + "attn_norm_2", x) if self.m.has(p + "attn_norm_2.weight") else cur
         q, k, v = self.qkv(p, src, il)
         q, k = self.positions(il, q, k)
         out[(il, "Qcur")], out[(il, "Kcur")], out[(il, "Vcur")] = q, k, v
-        att = attention(q, k, v, self.hp, il, self.cache, self.s1, exact=self.exact)
+        att = attention(q, k, v, self.hp, il, self.cache, self.s1, exact=self.exact, q_exact=self.q_exact)
         for role, arr in att.items():
             out[(il, role)] = arr
         if self.fa is not None:  # the output projection reads FLASH_ATTN_EXT's output as its kernel computed it
@@ -239,6 +246,20 @@ class _Pass:
         return steps[-1], cols
 
 
+# The twin pass's perturbation of each weight MUL_MAT output y [T, n_out] with n_in inputs: uniform in
+# ±TWIN_JITTER·2^-24·sqrt(n_in)·rms(y's row), the size of the f32 summation noise by which llama.cpp's sums differ
+# from the reference's (their order differs), a few times over, so that the twin rounds values the other way at least
+# as often
+TWIN_JITTER = 4.0
+TWIN_SEED = 1  # fixed: the same run gives the same verdict
+
+
+def _jitter(y: np.ndarray, n_in: int, rng: np.random.Generator) -> np.ndarray:
+    """y [T, n_out] moved as another f32 summation order could move it (the twin pass)."""
+    rms = np.sqrt(np.mean(np.square(y, dtype=np.float64), axis=-1, keepdims=True))
+    return (y + TWIN_JITTER * 2.0**-24 * np.sqrt(n_in) * rms * rng.uniform(-1, 1, y.shape)).astype(F32)
+
+
 def _start(model: Model, tokens: Sequence[int], kv_type: str, v_type: str | None, f16_src1: str):
     v_type = v_type or kv_type
     for kind in (kv_type, v_type):
@@ -247,6 +268,11 @@ def _start(model: Model, tokens: Sequence[int], kv_type: str, v_type: str | None
     if f16_src1 not in F16_SRC1:
         raise ValueError(f"f16_src1 must be one of {', '.join(F16_SRC1)}, not {f16_src1!r}")
     hp = model.hparams
+    for kind in {kv_type, v_type} - {"f32", "f16", "bf16"}:
+        if hp.head_dim % 32:  # each quantized cache type stores blocks of 32 values
+            raise ValueError(f"a {kind} KV cache stores blocks of 32 values and head_dim {hp.head_dim} is not a "
+                             "multiple of 32: llama.cpp's k·q and P·V then read blocks across heads, which the "
+                             "reference does not reproduce (an f16, bf16 or f32 cache does not have this)")
     toks = [int(x) for x in tokens]
     if not toks:
         raise ValueError("forward needs at least one token")
@@ -258,23 +284,29 @@ def _start(model: Model, tokens: Sequence[int], kv_type: str, v_type: str | None
 
 
 def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
-                   f16_src1: str = "convert", rotates: bool = True, fa: flash.Plan | None = None
-                   ) -> Iterator[Reference]:
+                   f16_src1: str = "convert", rotates: bool = True, fa: flash.Plan | None = None,
+                   twin: bool = False, q_exact: np.ndarray | None = None) -> Iterator[Reference]:
     """The forward pass one layer at a time, for memory that does not grow with depth: a Reference per layer holding
     that layer's nodes (the first also inp_embd, each the l_out of the layer before it: a norm's input), then one
-    holding result_norm and result_output (and the last l_out). Each is dropped by the pass once yielded."""
+    holding result_norm and result_output (and the last l_out). Each is dropped by the pass once yielded. twin: run
+    the twin pass beside it (Reference.twin; chaos.py); q_exact [n_tokens]: the queries whose kq took q as f32
+    (attention.py)."""
     toks, v_type = _start(model, tokens, kv_type, v_type, f16_src1)
     hp = model.hparams
     t = len(toks)
     cache = Cache.of(kv_type, v_type, hp.head_dim, hp.head_dim, rotates)
     if fa is not None and len(fa.kernels) != t:
         raise ValueError(f"the flash-attention plan covers {len(fa.kernels)} positions, the prompt {t}")
-    run = _Pass(model, f16_src1, cache, fa)
+    run = _Pass(model, f16_src1, cache, fa, q_exact=q_exact)
+    other = _Pass(model, f16_src1, cache, fa, np.random.default_rng(TWIN_SEED), q_exact) if twin else None
 
     def part() -> Reference:
         ref = Reference(hparams=hp, tokens=tuple(toks), kv_type=kv_type, tensors=run.out, f16_src1=f16_src1,
-                        cache=cache, vocab_cols=run.cols, steps=run.steps, fa=fa)
+                        cache=cache, vocab_cols=run.cols, steps=run.steps, fa=fa,
+                        twin=other.out if other is not None else None)
         run.out, run.steps = {}, {}
+        if other is not None:
+            other.out, other.steps = {}, {}
         return ref
 
     steps = [model.rows("token_embd.weight", toks)]  # GET_ROWS dequantizes exactly
@@ -284,29 +316,39 @@ def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16",
     if hp.embd_scale:
         steps.append(blocks.scale(steps[-1], hp.embd_scale))
     run.keep((None, "inp_embd"), steps, ("tok", "pos"))
-    x = steps[-1]
+    x = xt = steps[-1]
     for il in range(hp.n_layer):
         x = run.layer(il, x)
+        if other is not None:
+            xt = other.layer(il, xt)
         yield part()
         run.out[(il, "l_out")] = x  # the next layer's norm input (and result_norm's)
+        if other is not None:
+            other.out[(il, "l_out")] = xt
     cur = run.norm("output_norm", x, key=(None, "result_norm"))
     run.out[(None, "result_output")], run.cols = run.logits(cur)
+    if other is not None:
+        other.out[(None, "result_output")], _ = other.logits(other.norm("output_norm", xt, key=(None, "result_norm")))
     yield part()
 
 
 def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
-            f16_src1: str = "convert", rotates: bool = True, fa: flash.Plan | None = None) -> Reference:
+            f16_src1: str = "convert", rotates: bool = True, fa: flash.Plan | None = None,
+            twin: bool = False, q_exact: np.ndarray | None = None) -> Reference:
     """Evaluate the whole prompt at once (causal), returning every node the mapping compares, per layer.
 
     kv_type is the K cache's type (and V's, unless v_type is given): f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1,
     iq4_nl."""
     tensors: dict = {}
     steps: dict = {}
+    others: dict | None = {} if twin else None
     ref = None
     for ref in forward_layers(model, tokens, kv_type=kv_type, v_type=v_type, f16_src1=f16_src1, rotates=rotates,
-                              fa=fa):
+                              fa=fa, twin=twin, q_exact=q_exact):
         tensors.update(ref.tensors)
         steps.update(ref.steps)
+        if others is not None and ref.twin is not None:
+            others.update(ref.twin)
     assert ref is not None
     return Reference(hparams=ref.hparams, tokens=ref.tokens, kv_type=kv_type, tensors=tensors, f16_src1=f16_src1,
-                     cache=ref.cache, vocab_cols=ref.vocab_cols, steps=steps, fa=fa)
+                     cache=ref.cache, vocab_cols=ref.vocab_cols, steps=steps, fa=fa, twin=others)

@@ -66,9 +66,10 @@ class Run:
     arithmetic: dict = field(default_factory=dict)
     kv: tuple[str, str] = ("f16", "f16")  # the K and V cache types
     rotates: bool = True  # the build rotates q, K (and V) before a quantized cache (2024's printed no rotation)
-    probe: list = field(default_factory=list)  # layer 0's q and kqv (Mapped, Sample, n_past, T): the arithmetic's
+    probe: list = field(default_factory=list)  # layer 0's q, kq and kqv (Mapped, Sample, n_past, T): the arithmetic's
     sum_mode: str | None = None  # what `sum =` adds up, once a layer-0 node's tight bound told it
     flash: list[tuple[int, int]] = field(default_factory=list)  # (n_past, T) of the evaluations with flash attention
+    spans: list[tuple[int, int]] = field(default_factory=list)  # (n_past, T) of every evaluation
     today: bool = True  # the build writes the cache with SET_ROWS (today's); 2024's CPY (flash.py: its kernels)
 
 
@@ -95,6 +96,8 @@ class Runs:
         run.T_seen = (ev.n_past or 0) + layers[0].T
         if layers[0].flash and (ev.n_past or 0, layers[0].T) not in run.flash:
             run.flash.append((ev.n_past or 0, layers[0].T))
+        if (ev.n_past or 0, layers[0].T) not in run.spans:
+            run.spans.append((ev.n_past or 0, layers[0].T))
         return run
 
     def start(self, ev: Evaluation, layers: list[Layer]) -> Run:
@@ -126,7 +129,9 @@ class Runs:
         run.rotates = not ((quantized[0] and "k_rot" not in roles) or
                            (quantized[1] and not quantized[0] and "v_rot" not in roles))
         first = next((L for L in layers if L.mapped and L.mapped[0].ref_layer == 0), None)
-        probed = ("q",) if first is not None and first.flash else ("q", "kqv")  # a flash output has its own arithmetic
+        # kq is MUL_MAT(k, q) with an f16 k: the most direct witness of the arithmetic (a 1-token prompt's kqv is V
+        # itself, and q comes from the weights); a flash output has its own arithmetic
+        probed = ("q",) if first is not None and first.flash else ("q", "kq", "kqv")
         run.probe = [(m, parse_sample(m.node, self.source), ev.n_past or 0, first.T) for m in (first.mapped if first
                      else []) if m.quantity in probed and not m.node.cut]
         self.current = run
@@ -179,21 +184,34 @@ class Runs:
         """The flash-attention kernel of each position (flash.py); None without flash attention."""
         return flash.plan(len(run.tokens), run.flash, run.kv[0], run.kv[1], run.today) if run.flash else None
 
+    def _q_exact(self, run: Run) -> np.ndarray:
+        """[n_tokens] True where kq's q was a contiguous view (an evaluation of one query, or one head), which a
+        2024 build's tinyBLAS multiplied as f32 (attention.py)."""
+        out = np.zeros(len(run.tokens), bool)
+        for n_past, t in run.spans:
+            if t == 1 or self.model.hparams.n_head == 1:
+                out[n_past:n_past + t] = True
+        return out
+
     def _forward(self, run: Run, f16_src1: str) -> Expected:
         try:
             ref = forward(self.model, run.tokens, kv_type=run.kv[0], v_type=run.kv[1], f16_src1=f16_src1,
-                          rotates=run.rotates, fa=self._flash(run))
+                          rotates=run.rotates, fa=self._flash(run), twin=True,
+                          q_exact=self._q_exact(run))
         except ValueError as e:
-            raise DumpError(self.source, run.line, f"the tokens do not fit the model {self.model.path}: {e}") from None
+            raise DumpError(self.source, run.line,
+                            f"--model cannot reproduce this run with {self.model.path}: {e}") from None
         return Expected(ref, run.kv[0], self.model)
 
     def _forward_layers(self, run: Run, f16_src1: str):
         try:
             for ref in forward_layers(self.model, run.tokens, kv_type=run.kv[0], v_type=run.kv[1], f16_src1=f16_src1,
-                                      rotates=run.rotates, fa=self._flash(run)):
+                                      rotates=run.rotates, fa=self._flash(run), twin=True,
+                                      q_exact=self._q_exact(run)):
                 yield Expected(ref, run.kv[0], self.model)
         except ValueError as e:
-            raise DumpError(self.source, run.line, f"the tokens do not fit the model {self.model.path}: {e}") from None
+            raise DumpError(self.source, run.line,
+                            f"--model cannot reproduce this run with {self.model.path}: {e}") from None
 
     def _calibrated(self, run: Run, make, first_only: bool = False):
         """The reference in the arithmetic this llama.cpp build used (reference.F16_SRC1), chosen on layer 0.
@@ -207,12 +225,13 @@ class Runs:
         parts = make("convert")
         first = next(parts)
         run.arithmetic = {"f16_src1": "convert"}
-        beyond, n = self._misfit(run, first)
+        by = self._misfit(run, first)
+        beyond, n = sum(b for b, _ in by.values()), sum(t for _, t in by.values())
         chosen = (first, parts)
-        if n and beyond > MISFIT_SHARE * n:
+        if any(t and b > MISFIT_SHARE * t for b, t in by.values()):
             alt_parts = make("f32")
             alt = next(alt_parts)
-            beyond_alt, _ = self._misfit(run, alt)
+            beyond_alt = sum(b for b, _ in self._misfit(run, alt).values())
             run.arithmetic = {"f16_src1": "convert", "layer0_beyond_print": {"convert": beyond, "f32": beyond_alt},
                               "of": n}
             if beyond_alt < beyond:
@@ -225,10 +244,11 @@ class Runs:
             return chosen[0]
         return _chain(chosen[0], chosen[1])
 
-    def _misfit(self, run: Run, exp: Expected) -> tuple[int, int]:
-        """Layer 0's printed q and kqv elements beyond print precision (5e-5 + 2^-20|ref|), and how many there are
-        (run.probe: those of the run's first evaluation)."""
-        beyond = total = 0
+    def _misfit(self, run: Run, exp: Expected) -> dict[str, tuple[int, int]]:
+        """Per quantity (q, kq, kqv), layer 0's printed elements beyond print precision (5e-5 + 2^-20|ref|) and how
+        many there are (run.probe: those of the run's first evaluation): one quantity misfit is enough to try the
+        other arithmetic (a 1-token prompt's kq is its only witness)."""
+        by: dict[str, tuple[int, int]] = {}
         for m, s, n_past, T in run.probe:
             ref = exp.value(m.quantity, m.role, 0, key=m.key)
             g = locate(CANONICAL[m.quantity], m.labels, m.ne, n_past, T, tuple(s.index[1:]), ref.shape, m.via,
@@ -237,9 +257,10 @@ class Runs:
                 continue
             want = g.take(ref)
             with np.errstate(invalid="ignore"):
-                beyond += int(np.count_nonzero(~(np.abs(s.values[0] - want) <= PRINT + F32_REL * np.abs(want))))
-            total += want.size
-        return beyond, total
+                beyond = int(np.count_nonzero(~(np.abs(s.values[0] - want) <= PRINT + F32_REL * np.abs(want))))
+            b, t = by.get(m.quantity, (0, 0))
+            by[m.quantity] = (b + beyond, t + want.size)
+        return by
 
     def check_count(self, run: Run, ev: Evaluation, layers: list[Layer]) -> None:
         """The run's token ids must cover this evaluation's queries, positions n_past .. n_past + T - 1."""

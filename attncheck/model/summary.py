@@ -32,6 +32,7 @@ class NodeNote:
     n: int = 0  # elements compared
     bound: float = 0.0  # the median bound of its elements: the smallest single move caught there, typically
     rms: float = 0.0  # the rms of its printed reference values
+    chaos: tuple[float, float] | None = None  # cascade nodes: the twin's (chaos_max, chaos_row) of its layer
 
 
 UNCHECKED_LISTED = 1000  # unchecked nodes the JSON lists one by one (all are counted by reason)
@@ -75,7 +76,7 @@ class Summary:
 
     def note(self, evaluation: int, layer: int, node, res: CheckResult, error_model: str, beyond: int,
              z: np.ndarray | None = None, cls: str = "", ref_layer: int | None = None, bound: float = 0.0,
-             rms: float = 0.0) -> None:
+             rms: float = 0.0, chaos: tuple[float, float] | None = None) -> None:
         need = med = None
         zs: tuple[float, ...] = ()
         if z is not None and z.size:
@@ -84,7 +85,7 @@ class Summary:
             zs = tuple(float(f"{v:.3g}") for v in srt)
         self.notes.append(NodeNote(evaluation, layer, node.name, node.line, res.check, error_model, res.max_error,
                                    res.nmse, beyond, res.passed, need, med, cls, ref_layer, zs, res.ratio, res.checked,
-                                   bound, rms))
+                                   bound, rms, chaos))
 
     def cover(self, role: str, shape: tuple[int, ...], keep: np.ndarray, labels: tuple[str, str, str]) -> None:
         """Count printed elements and query rows (head × query) of kq, kq_soft_max and FLASH_ATTN_EXT checked."""
@@ -119,7 +120,8 @@ class Summary:
 
     def cascade(self) -> dict:
         """What the deep-layer verdict needed (bounds.CASCADE): overall, per check and per layer, the largest z of
-        any value (what `gross` must exceed) and the largest median z of a node (what `systematic` must exceed)."""
+        any value (what `gross` must exceed) and the largest median z of a node (what `systematic` must exceed), and
+        the twin's chaos (chaos.py: chaos_max, chaos_row) of the layers they are in."""
         notes = [n for n in self.notes if n.tau_needed is not None]
         if not notes:
             return {}
@@ -128,10 +130,13 @@ class Summary:
         def fold(key) -> list[dict]:
             out: dict = {}
             for n in notes:
-                d = out.setdefault(key(n), {"gross_needed": 0.0, "systematic_needed": 0.0, "nmse": 0.0})
+                d = out.setdefault(key(n), {"gross_needed": 0.0, "systematic_needed": 0.0, "nmse": 0.0,
+                                            "chaos_max": 0.0, "chaos_row": 0.0})
                 d["gross_needed"] = max(d["gross_needed"], n.tau_needed)
                 d["systematic_needed"] = max(d["systematic_needed"], n.median or 0.0)
                 d["nmse"] = max(d["nmse"], n.nmse)
+                chaos = n.chaos or (0.0, 0.0)
+                d["chaos_max"], d["chaos_row"] = max(d["chaos_max"], chaos[0]), max(d["chaos_row"], chaos[1])
             return [{"at": k, **{a: json_number(b) for a, b in v.items()}} for k, v in sorted(out.items())]
 
         return {"gross_needed": json_number(worst.tau_needed),

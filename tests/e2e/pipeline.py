@@ -2,7 +2,9 @@
 
 llama.cpp's asynchronous logger loses the tail of its output at exit, at a point that changes from run to run (each
 run prints a prefix of the same output). When the cut lands inside attention that a check needs, attncheck rightly
-stops with exit 2 ("the dump ends inside ..."), so such a run is made again, at most ATTEMPTS times in all.
+stops with exit 2 ("the dump ends inside ..."), so such a run is made again, at most ATTEMPTS times in all; a dump
+saved for `check --model` is made again until it is whole (dump_file), so that its verdict covers the last layer
+wherever it runs.
 """
 from __future__ import annotations
 
@@ -55,15 +57,29 @@ def check_file(dump: Path, *args: str) -> tuple[int, dict, str]:
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}, done.stderr
 
 
+def complete(dump: Path) -> bool:
+    """Whether llama.cpp's output holds its whole graph: the last node it prints is the logits, sum line included."""
+    text = dump.read_text(errors="replace")
+    last = max(text.rfind("common_debug_cb_eval:"), text.rfind("ggml_debug:"))  # today's header, 2024's
+    return last >= 0 and "result_output = " in text[last:last + 300] and "sum = " in text[last:]
+
+
 def dump_file(dump: Path, model: Path, prompt: str, *llama_args: str, timeout: int = 900) -> Path:
-    """llama-eval-callback's merged output for a prompt, written to `dump`; made again (ATTEMPTS at most) while
-    llama.cpp's logger cuts it inside attention, which `check` without a model already tells."""
+    """llama-eval-callback's merged output for a prompt, written to `dump`, whole: made again (ATTEMPTS at most)
+    while llama.cpp's logger cuts its tail, so that a verdict covers every layer, as on a run that was not cut; a
+    cut one is kept only when every attempt was cut, and then one that `check` without a model can read (not cut
+    inside attention)."""
+    readable = None
     for _ in range(ATTEMPTS):
         with open(dump, "wb") as out:
             done = subprocess.run([BIN, "-m", str(model), "-p", prompt, "-t", "2", "--seed", "1", *llama_args],
                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
         assert done.returncode == 0, dump.read_text(errors="replace")[-2000:]
+        if complete(dump):
+            return dump
         code, _, err = check_file(dump, "-q")
-        if not (code == 2 and "the dump ends" in err):
-            break
+        if not (code == 2 and "the dump ends" in err) and readable is None:
+            readable = dump.read_bytes()
+    if readable is not None:
+        dump.write_bytes(readable)
     return dump

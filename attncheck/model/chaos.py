@@ -1,0 +1,71 @@
+"""How far a correct build may drift from the reference past layer 0, measured on the run itself (docs/numerics.md
+§3.3): the twin pass.
+
+Past layer 0, llama.cpp and the reference part ways chaotically: their f32 sums differ in order, so now and then a
+value lies on the other side of a rounding midpoint of the next conversion (an activation quantized to 8-bit blocks,
+K or V stored in a 4-bit cache, an IQ4_NL block whose scale a search picks), and what follows moves by whole steps.
+How much depends on the model, the prompt and the cache type, which a table fitted on other runs cannot know. So the
+reference runs twice: the second pass, the twin, moves every weight MUL_MAT's output by noise of the size by which
+another summation order moves it (reference.TWIN_JITTER), and diverges from the first as a correct llama.cpp does.
+Its divergence per layer, in the units of the cascade allowance (the rms of each value), is the run's own chaos:
+
+    chaos_max(layer)  the largest |twin − reference| / rms over every node of the layer, every token and element
+    chaos_row(layer)  the largest, over the layer's nodes and their rows, of a row's median |twin − reference| / rms
+
+A printed value fails only beyond TWIN_GROSS·chaos_max (and the calibrated table's gross), a node as a whole only
+beyond TWIN_SYSTEMATIC·chaos_row (and the table's systematic): the factors are measured on correct runs and confirmed
+on runs they never saw (scripts/calibrate.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .reference import Reference
+
+# The twin's chaos times these is what a printed value (gross) and a node as a whole (systematic) may move past layer
+# 0: HEADROOM 1.5 times the largest ratio of a correct run's need to its twin's chaos, over the 315 runs of the `wide`
+# and `iq4` sets (scripts/calibrate.py fit: 1.74 and 1.47, SmolLM2 F16 on the 2024 build and gemma-3-270m). Held out,
+# on the 121 runs of `iq4-confirm` and `wide-confirm`, the largest ratios were 1.50 and 1.33: no false alarm, with or
+# without the table; leaving each of 28 models out in turn, none either (docs/numerics.md §5.1)
+TWIN_GROSS = 2.62
+TWIN_SYSTEMATIC = 2.21
+
+
+def layer_chaos(ref: Reference, layer: int | None) -> tuple[float, float]:
+    """(chaos_max, chaos_row) of one layer of the reference (layer None: the output and the last l_out before it),
+    (0, 0) without a twin."""
+    if ref.twin is None:
+        return 0.0, 0.0
+    last = ref.hparams.n_layer - 1
+    worst, row = 0.0, 0.0
+    for key, a in ref.tensors.items():
+        if not (key[0] == layer or (layer is None and key[0] == last and key[1] == "l_out")):
+            continue
+        t = ref.twin.get(key)
+        if t is None or t.shape != a.shape or a.size == 0:
+            continue
+        m, r = _divergence(np.asarray(a, np.float64), np.asarray(t, np.float64))
+        worst, row = max(worst, m), max(row, r)
+    return worst, row
+
+
+def _divergence(a: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """|t − a| in units of a's rms (exact zeros, the softmax's masked weights, left out): the largest, and the
+    largest median of a row (the last axis)."""
+    live = a[a != 0]
+    if live.size == 0:
+        return 0.0, 0.0
+    rms = float(np.sqrt(np.mean(live * live)))
+    z = np.abs(t - a) / rms
+    z = np.where(np.isfinite(z), z, 0.0)
+    return float(z.max()), float(np.median(z.reshape(-1, z.shape[-1]), axis=-1).max())
+
+
+def chaos_of(cache: Mapping, ref: Reference, layer: int | None) -> tuple[float, float]:
+    """layer_chaos, kept in `cache` (an Expected's) so that each layer is measured once."""
+    key = ("chaos", layer)
+    if key not in cache:
+        cache[key] = layer_chaos(ref, layer)
+    return cache[key]

@@ -1,0 +1,82 @@
+"""The twin pass (attncheck/model/chaos.py): past layer 0, how far a correct build may drift is measured on the run
+itself, so a correct run whose chaos no calibrated table foresaw passes, and a value moved beyond that chaos fails.
+
+fixtures/llama-quant-kv-q5_0-iq4_nl-flash.txt is a real, correct run (today's llama-eval-callback, the random llama
+of scripts/make_quant_models.py in Q8_0, a q5_0 K and IQ4_NL V cache, flash attention). IQ4_NL's quantizer picks each
+block's scale by a search, so f32 noise in layer 1's V changed a block's scale: llama.cpp's last query row of layer 1
+lies 5 % of its rms from the reference's, beyond what the calibrated table allowed (a false alarm before the twin).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from attncheck.model.chaos import layer_chaos
+from attncheck.model.reference import forward
+from conftest import FIXTURES, attncheck as run
+from dumpedit import DumpEdit
+
+DUMP = FIXTURES / "llama-quant-kv-q5_0-iq4_nl-flash.txt"
+MODEL = FIXTURES / "models" / "llama-quant-q8_0.gguf"
+
+
+def _check(path) -> tuple[int, dict]:
+    r = run("check", str(path), "--model", str(MODEL), "--json", "-", "-q")
+    assert "Traceback" not in r.err
+    return r.code, json.loads(r.out)
+
+
+def test_a_correct_run_with_a_block_scale_changed_by_noise_passes():
+    code, doc = _check(DUMP)
+    assert code == 0, [c for s in doc["sites"] for c in s["checks"] if not c["passed"]][:3]
+    layer1 = next(x for x in doc["model"]["cascade_needed"]["by_layer"] if x["at"] == 1)
+    # the run's own chaos in layer 1 is what its last row needed, and more
+    assert layer1["chaos_max"] > layer1["gross_needed"] > 0.02
+    assert layer1["chaos_row"] > layer1["systematic_needed"] > 0.01
+
+
+def test_a_value_moved_beyond_the_chaos_fails(tmp_path):
+    edit = DumpEdit(DUMP, tmp_path / "dump.txt")
+    old = edit.get("node_79", (0, 0, 1))  # attn_out-1's last row, as GET_ROWS selected it: dim 1
+    edit.set("node_79", (0, 0, 1), old + 2.0)  # about 6 times its rms: far beyond the twin's largest divergence
+    edit.save()
+    code, doc = _check(tmp_path / "dump.txt")
+    assert code == 1
+    failed = [(c["node"], c["check"]) for s in doc["sites"] for c in s["checks"] if not c["passed"]]
+    assert ("node_79", "model_attn_out") in failed
+
+
+def test_a_node_moved_as_a_whole_fails(tmp_path):
+    edit = DumpEdit(DUMP, tmp_path / "dump.txt")
+    for i0 in (0, 1, 2, 253, 254, 255):  # every printed value of ffn_out-1 (one row: the last query) doubled
+        edit.set("ffn_out-1", (0, 0, i0), edit.get("ffn_out-1", (0, 0, i0)) * 2.0)
+    edit.save()
+    code, doc = _check(tmp_path / "dump.txt")
+    assert code == 1
+    failed = [c for s in doc["sites"] for c in s["checks"] if not c["passed"] and c["node"] == "ffn_out-1"]
+    assert failed and "off as a whole" in failed[0]["note"]
+
+
+@pytest.fixture(scope="module")
+def twin_ref():
+    from attncheck.model.weights import load_model
+
+    model = load_model(str(MODEL))
+    tokens = [275, 293, 296, 297, 301, 285, 306, 313, 315, 318, 319, 323, 13]  # the run's, as it logged them
+    return forward(model, tokens, kv_type="q5_0", v_type="iq4_nl", twin=True), model, tokens
+
+
+def test_the_twin_diverges_as_a_correct_build_does(twin_ref):
+    ref, model, tokens = twin_ref
+    assert ref.twin is not None and set(ref.twin) <= set(ref.tensors)
+    c0, c1, out = layer_chaos(ref, 0), layer_chaos(ref, 1), layer_chaos(ref, None)
+    assert 0 < c0[0] < 0.05  # layer 0: noise and the few roundings it moves
+    assert all(0 <= c[1] <= c[0] for c in (c0, c1, out))
+    # deterministic: the same run, the same chaos (and so the same verdict)
+    again = forward(model, tokens, kv_type="q5_0", v_type="iq4_nl", twin=True)
+    assert layer_chaos(again, 1) == c1
+    # without the twin there is no chaos to read: the calibrated table alone applies
+    assert layer_chaos(forward(model, tokens, kv_type="q5_0", v_type="iq4_nl"), 1) == (0.0, 0.0)
+    assert np.array_equal(again.get(1, "attn_out"), ref.get(1, "attn_out"))  # the reference itself is unmoved

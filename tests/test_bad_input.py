@@ -334,6 +334,7 @@ LLAMA_MODEL = FIXTURES / "models" / "llama-mini-gqa-f16.gguf"
     # an evaluation's first node: where the next evaluation starts (-ub 2: three evaluations)
     ("gpt2-ubatch2.txt", GPT2_MODEL, "embd", 0),  # was exit 2 with the model: evaluation 1's embd read as 0's
     ("gpt2-ubatch2.txt", GPT2_MODEL, "embd", 1),  # was exit 1 without the model too: evaluations 0 and 1 read as one
+    ("gpt2-ubatch2.txt", GPT2_MODEL, "cache_k_l0 (view)", 1),  # was exit 1 without the model too
 ])
 def test_damaged_header_no_check_needs_is_a_warning_with_the_model_too(dump, model, name, nth, tmp_path):
     """Hand-made: the one real damaged header (fixtures/drift/gpt2-deep-damaged.old.txt.xz, result_norm's) was made

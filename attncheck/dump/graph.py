@@ -312,25 +312,22 @@ class Dump:
             self._check_whole(ev, final)
             return ev
 
-        def damage(ev: Evaluation, note: Note) -> None:
+        def damage(ev: Evaluation, note: Note, names: Names) -> None:
             ev.damaged.append(note.line)
             if note.lost:
                 ev.lost.append(note.line)
             if note.name:
                 ev.damaged_names.setdefault(note.name, note.line)
+                names.lose(note.name)
 
         for rec in records:
             if rec.__class__ is Note:
                 self.notes.append(rec)
-                if rec.lost and rec.name and current is not None and current.nodes and first_key is not None \
-                        and rec.name == first_key[0]:
-                    split = True
-                if rec.lost and rec.name and current is None and first_key is None:
-                    lead = rec.name
+                if rec.lost and rec.name:  # an evaluation's first header lost: where evaluations start all the same
+                    split = split or (current is not None and first_key is not None and rec.name == first_key[0])
+                    lead = rec.name if current is None and first_key is None else lead
                 if rec.damage and current is not None and not split:
-                    damage(current, rec)
-                    if rec.name:
-                        latest.lose(rec.name)
+                    damage(current, rec, latest)
                 elif rec.damage:
                     early.append(rec)
                 continue
@@ -359,9 +356,7 @@ class Dump:
                 current = Evaluation(index, run, in_run, n_past, tokens, runs_before=len(self.runs))
                 first_key = first_key if split else key  # a lost first header: the evaluations still start with it
                 for note in early:
-                    damage(current, note)
-                    if note.name:
-                        latest.lose(note.name)
+                    damage(current, note, latest)
                 early, split = [], False
             node.inputs = (None if s0 is None else latest.source(node, 0),
                            None if s1 is None else latest.source(node, 1))

@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from .matmul import vec_dot_type
-from .numerics import KV_QT, block_mins
-from .steps import deviation, float_deviation
+from .numerics import KV_QT, block_mins, store
+from .steps import deviation, q8_1_sum_deviation
 
 U32 = 2.0**-24  # f32 unit roundoff
 PROJECTIONS = {"Qcur": "attn_q", "Kcur": "attn_k", "Vcur": "attn_v"}
@@ -110,11 +110,8 @@ class Layer0:
         if fmt != "q8_1" or qtype not in (QT.Q4_1, QT.Q5_1):
             return dev @ w.T
         mins = np.abs(block_mins(self.model.raw(name), qtype)).astype(np.float64)  # [out, n/32]
-        blocks = x.reshape(x.shape[0], -1, 32)
-        d = np.abs(blocks).max(-1) / 127
-        q_sum = np.abs(np.rint(blocks / np.where(d > 0, d, 1)[..., None]).sum(-1))
-        s_noise = dev.reshape(blocks.shape).sum(-1) + q_sum * d * 8 * U32
-        s_dev = float_deviation(d * q_sum, s_noise) + s_noise
+        s_dev, s_noise = q8_1_sum_deviation(x, self._x_noise(), dev)  # [T, n/32]
+        s_dev = s_dev + s_noise  # and, beyond what the rounding allows, the noise itself (as calibrated)
         return dev @ (w + np.repeat(mins, 32, axis=1)).T + s_dev @ mins.T
 
     def _projections(self, kind: str) -> dict[str, np.ndarray]:
@@ -207,10 +204,16 @@ class Layer0:
         k_stored = np.asarray(r.get(0, "Krot") if r.has(0, "Krot") else r.get(0, "Kcur"), np.float64)  # [T, H_kv, D]
         v_stored = np.asarray(r.get(0, "Vrot") if r.has(0, "Vrot") else r.get(0, "Vcur"), np.float64)
         k_fmt = vec_dot_type(KV_QT[self.kv_type])
-        dq = deviation(np.asarray(r.get(0, "q"), np.float64), inputs["q"], k_fmt).transpose(1, 0, 2)
+        q = np.asarray(r.get(0, "q"), np.float64)  # [T, H, D]
+        dq = deviation(q, inputs["q"], k_fmt)
         k = deviation(k_stored, inputs["Krot"], self.kv_type).transpose(1, 0, 2)  # [H_kv, T, D]
         v = deviation(v_stored, inputs["Vrot"], self.v_type).transpose(1, 2, 0)  # [H_kv, D, T]
-        out = {"dq": dq, "k": k, "v": v, "dk": np.repeat(k, self.group, axis=0), "dv": np.repeat(v, self.group, axis=0)}
+        out = {"dq": dq.transpose(1, 0, 2), "k": k, "v": v, "dk": np.repeat(k, self.group, axis=0),
+               "dv": np.repeat(v, self.group, axis=0)}
+        mins = store(k_stored, self.kv_type)[1]  # [T, H_kv, D/32]: a Q4_1/Q5_1 K's block mins, which multiply s
+        if k_fmt == "q8_1" and mins is not None:
+            out["ds"] = q8_1_sum_deviation(q, inputs["q"], dq)[0].transpose(1, 0, 2)  # [H, T, D/32]
+            out["mins"] = np.repeat(np.abs(mins.astype(np.float64)).transpose(1, 0, 2), self.group, axis=0)
         self._cache["read"] = out  # type: ignore[assignment]
         return out
 
@@ -241,6 +244,8 @@ class Layer0:
         aq, ak = np.abs(q), np.abs(k)
         dkq = (gamma(q.shape[-1]) * np.einsum("htd,hjd->htj", aq, ak) + np.einsum("htd,hjd->htj", rd["dq"], ak)
                + np.einsum("htd,hjd->htj", aq, rd["dk"]) + np.einsum("htd,hjd->htj", rd["dq"], rd["dk"]))
+        if "ds" in rd:  # q's Q8_1 block sum s rounded the other way: kq moves by Σ_b Δs_b·|m_jb|
+            dkq = dkq + np.einsum("htb,hjb->htj", rd["ds"], rd["mins"])
         if quantity == "kq":
             return dkq
         cap = self.ref.hparams.softcap

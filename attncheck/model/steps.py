@@ -70,6 +70,24 @@ def float_deviation(x: np.ndarray, noise: np.ndarray, fmt: str = "f16") -> np.nd
     return np.where(near & (n > 0), hi * np.floor(n / lo + 1), 0.0)
 
 
+def q8_1_sum_deviation(x: np.ndarray, noise: np.ndarray, dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x [..., n] converted to Q8_1 blocks of 32 within `noise` of the reference's, dev its elements' deviation
+    (deviation(x, noise, "q8_1")) → [..., n / 32] twice: the most the stored block sum s = f16(d·Σq) can differ from
+    the reference's, and the noise of d·Σq it was found from. d·Σq moves by Σ dev (integers flipped), by |d·Σq| times d's own relative noise (the block's largest
+    |x| within its noise) and by the f32 roundings of d and the product; where an f16 midpoint lies within that, s
+    steps to the next f16 (Δs of one ulp: 2^-6 at s = 20, times the min of every Q4_1/Q5_1 block it multiplies)."""
+    b = np.asarray(x, np.float64).reshape(*np.shape(x)[:-1], -1, 32)
+    nb = np.broadcast_to(np.asarray(noise, np.float64), np.shape(x)).reshape(b.shape)
+    i = np.abs(b).argmax(axis=-1)[..., None]
+    amax = np.abs(np.take_along_axis(b, i, axis=-1))[..., 0]
+    d = amax / 127
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q_sum = np.abs(np.rint(b / np.where(d > 0, d, 1.0)[..., None]).sum(-1))
+        rel = np.where(amax > 0, np.take_along_axis(nb, i, axis=-1)[..., 0] / np.where(amax > 0, amax, 1.0), 0.0)
+    s_noise = np.asarray(dev, np.float64).reshape(b.shape).sum(-1) + q_sum * d * (rel + 8 * U32)
+    return float_deviation(d * q_sum, s_noise), s_noise
+
+
 def round_to(x: np.ndarray, fmt: str) -> np.ndarray:
     """x rounded to f16 or bf16 (as f32)."""
     return round_f16(x) if fmt == "f16" else round_bf16(x)

@@ -309,5 +309,9 @@ class Runs:
 
 
 def _chain(first, rest):
-    yield first
+    """first, then rest's; first is not held once yielded (layer 0's Expected and its error terms are the largest
+    part: [H, T, T] arrays, 0.2 GB at 547 tokens of gemma-3-270m)."""
+    held = [first]
+    del first
+    yield held.pop()
     yield from rest

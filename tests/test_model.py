@@ -479,3 +479,17 @@ def test_a_copied_value_has_one_allowance():
     assert len(units) >= 3
     values = list(units.values())
     assert max(values) <= min(values) * (1 + 1e-3), units
+
+
+def test_symmetric_block_weights_keep_layer0_kq_tight(tmp_path):
+    """gpt2-mini's Q8_0 projections sum each block's integer products exactly in lanes of 4 and only scale and add
+    those in f32, so their f32 noise is relative to Σ|lane sums|, not Σ|W||x| (attncheck/model/layer0.py _grouped):
+    layer 0's kq bound at head 9, query 10, slot 2 of gpt2-long is 6.7e-3 (1.2e-2 with Σ|W||x|, which passed a
+    kq-0 value moved there by 9e-3); the model's check fails it."""
+    edit = DumpEdit(FIXTURES / "gpt2-long.txt", tmp_path / "d.txt")
+    edit.add("kq-0", (9, 10, 2), 9e-3)
+    r = run("check", edit.save(), "--model", GPT2, "--json", "-")
+    assert r.code == 1, r.err[-2000:]
+    bad = [c for s, c in model_checks(r.json()) if not c["passed"]]
+    assert [(c["check"], c["node"]) for c in bad] == [("model_kq", "kq-0")]
+    assert bad[0]["worst"] == {"head": 9, "query": 10, "slot": 2, "pos": 10} and bad[0]["bound"] < 8e-3

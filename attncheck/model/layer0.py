@@ -5,7 +5,7 @@ print precision; derived in docs/numerics.md §3.2). Every term is a worst-case 
   llamafile's tinyBLAS) errs by at most gamma(n) = (n/8 + 4)·2^-24 times Σ|terms|, whatever the order; the
   reference sums exactly. attn_norm: the norm's sums in another order (gamma(n) on the variance of a LayerNorm,
   whose sum of squares ggml reduces in f32 lanes) and its few roundings. Qcur/Kcur/Vcur: Σ_i |W_i||x_i| + |b| over
-  n_embd (a RoPE pair adds its two; a q/k norm passes it on scaled by its gain, plus its own scale's change); a
+  n_embd (over lanes of 4 products for symmetric-block weights: _grouped) (a RoPE pair adds its two; a q/k norm passes it on scaled by its gain, plus its own scale's change); a
   q pre-scale scales it; a Hadamard rotation of block n sums it over the block / sqrt(n).
 - Rounding. llama.cpp rounds some of these values into a coarser format: attn_norm's output into each projection's
   vec_dot format (f16 for f16 weights, Q8_0/Q8_1/Q8_K blocks for quantized ones), q into the K cache's vec_dot
@@ -22,13 +22,17 @@ print precision; derived in docs/numerics.md §3.2). Every term is a worst-case 
 from __future__ import annotations
 
 import numpy as np
+from gguf import GGMLQuantizationType as QT
 
-from .matmul import vec_dot_type
+from .matmul import convert, vec_dot_type
 from .numerics import KV_QT, block_mins, store
 from .steps import deviation, q8_1_sum_deviation
 
 U32 = 2.0**-24  # f32 unit roundoff
 PROJECTIONS = {"Qcur": "attn_q", "Kcur": "attn_k", "Vcur": "attn_v"}
+# weight types whose blocks hold symmetric integers (no min, no sub-block scales): their dot product's float terms are
+# scaled lane sums of integer products (Layer0._grouped)
+SYMMETRIC_BLOCKS = frozenset({QT.Q4_0, QT.Q5_0, QT.Q8_0, QT.IQ4_NL})
 
 
 def gamma(n: int | np.ndarray) -> float | np.ndarray:
@@ -41,7 +45,7 @@ def _matmul_gamma(m, name: str, n: int) -> float:
     RoPE's roundings: a float weight sums n products in SIMD lanes (gamma(n)); a quantized one multiplies integer
     blocks exactly (its activations quantized as the reference does) and sums one scaled term per block of 32 or 256
     in f32, a few roundings each (Q4_1/Q8_1 and the K-quants' mins add one more)."""
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT
+    from gguf import GGML_QUANT_SIZES
 
     qtype = m.tensor_type(name)
     if qtype in (QT.F32, QT.F16, QT.BF16):
@@ -89,8 +93,6 @@ class Layer0:
 
     def _x_format(self, name: str) -> str:
         """The format a layer-0 projection's MUL_MAT converts attn_norm's output to (matmul.vec_dot_type)."""
-        from gguf import GGMLQuantizationType as QT
-
         qtype = self.model.tensor_type(name)
         return "f32" if qtype == QT.F16 and self.ref.f16_src1 == "f32" else vec_dot_type(qtype)
 
@@ -99,8 +101,6 @@ class Layer0:
         deviation of attn_norm's output in the weight's vec_dot format (steps.deviation; the noise itself for f32
         activations); w: |W| [out, n_embd]. Q4_1/Q5_1 weights multiply their block min by the Q8_1 block sum s = f16(d·Σq), whose own
         deviation adds |m|·dev(s)."""
-        from gguf import GGMLQuantizationType as QT
-
         x = np.asarray(self.ref.get(0, "attn_norm"), np.float64)
         fmt = self._x_format(name)
         dev = deviation(x, self._x_noise(), fmt)  # [T, n_embd]
@@ -130,8 +130,12 @@ class Layer0:
         x = np.abs(np.asarray(self.ref.get(0, "attn_norm"), np.float64))  # [T, n_embd]
 
         def terms(prefix: str) -> tuple[np.ndarray, np.ndarray]:
-            w = np.abs(m.matrix(prefix + ".weight"))
-            y = x @ w.T
+            signed = m.matrix(prefix + ".weight")
+            w = np.abs(signed)
+            if m.tensor_type(prefix + ".weight") in SYMMETRIC_BLOCKS:
+                y = self._grouped(signed, prefix + ".weight")
+            else:
+                y = x @ w.T
             if m.has(prefix + ".bias"):
                 y = y + np.abs(m.tensor(prefix + ".bias"))
             return _matmul_gamma(m, prefix + ".weight", hp.n_embd) * y, self._converted(prefix + ".weight", w)
@@ -142,6 +146,23 @@ class Layer0:
             return {k: (a[:, :d], a[:, d:d + d_kv], a[:, d + d_kv:]) for k, a in zip(("noise", "converted"), both)}
         q, k, v = (terms(f"blk.0.{w}") for w in PROJECTIONS.values())
         return {"noise": (q[0], k[0], v[0]), "converted": (q[1], k[1], v[1])}
+
+    def _grouped(self, w: np.ndarray, name: str) -> np.ndarray:
+        """[T, out]: Σ over groups g of 4 consecutive inputs of |Σ_{i in g} W_oi·x̂_ti|, x̂ attn_norm's output in the
+        weight's vec_dot format, for a weight whose blocks are symmetric integers (SYMMETRIC_BLOCKS): what its f32
+        noise is relative to. Its kernels sum a block's integer products exactly, in lanes of at least 4
+        consecutive products (AVX2's maddubs and madd: 4; NEON's dot products and the scalar code: more), and only
+        scale and accumulate those lane sums in f32; a coarser lane sums groups of these, whose |sum| is no larger."""
+        x_hat = convert(np.asarray(self.ref.get(0, "attn_norm"), np.float64), self._x_format(name))[0]
+        x_hat = np.asarray(x_hat, np.float64)
+        t, n = x_hat.shape
+        xg = x_hat.reshape(t, n // 4, 4).transpose(1, 0, 2)  # [G, T, 4]
+        wg = w.reshape(w.shape[0], n // 4, 4).transpose(1, 2, 0)  # [G, 4, out]
+        out = np.zeros((t, w.shape[0]))
+        step = max(1, 2**20 // (t * w.shape[0]))  # groups per chunk: about 8 MB of lane sums
+        for g in range(0, n // 4, step):
+            out += np.abs(np.matmul(xg[g:g + step], wg[g:g + step])).sum(axis=0)  # [c, T, out] summed over c
+        return out
 
     def _through_heads(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, noise: bool) -> dict[str, np.ndarray]:
         """One kind of projection term [T, width] per head and through the q/k norms and RoPE (with each op's own

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .chaos import chaos_of
-from .layer0 import U32, Layer0, gamma
+from .layer0 import U32, Layer0, gamma, rowdot
 from .reference import Reference
 from .steps import UNIT
 from .weights import Model
@@ -104,7 +104,7 @@ class Expected(Layer0):
             return self._cache[key]  # type: ignore[return-value]
         q, k, v, p = self._heads(layer)
         av = np.abs(v)
-        pv = np.einsum("htj,hdj->htd", p, av)  # Σ_j P_j |V_j|
+        pv = rowdot(p, av)  # Σ_j P_j |V_j|
         n_vis = np.arange(1, p.shape[1] + 1, dtype=np.float64)[None, :, None]
         u = UNIT.get(self.v_type, 0.0)
         casts = self.ref.fa is not None and self.ref.fa.casts
@@ -115,12 +115,12 @@ class Expected(Layer0):
             out = out + 2 * n_vis * U16 * pv + n_vis * U32  # the f16 accumulator of the one-chunk kernel
         dq = None
         if self.kv_type == "f16" and self.v_type == "f16":
-            dq = U16 * np.einsum("htd,hjd->htj", np.abs(q), np.abs(k))  # the tiled kernel's f32 q
+            dq = U16 * rowdot(np.abs(q), np.abs(k))  # the tiled kernel's f32 q
         elif casts and self.kv_type == "f32":
-            dq = (2 * U16 + U16**2) * np.einsum("htd,hjd->htj", np.abs(q), np.abs(k))  # K cast, q converted: f16
+            dq = (2 * U16 + U16**2) * rowdot(np.abs(q), np.abs(k))  # K cast, q converted: f16
         if dq is not None:
-            out = out + np.einsum("htj,hdj->htd", 2 * p * self.scale * self._row_max(dq), av)
+            out = out + rowdot(2 * p * self.scale * self._row_max(dq), av)
         if u and not self.p_exact:  # P not rounded to the cache type (the reference rounds it, as MUL_MAT(v, P) does)
-            out = out + np.einsum("htj,hdj->htd", u * p + 2.0**-25, av)
+            out = out + rowdot(u * p + 2.0**-25, av)
         self._cache[key] = out
         return out

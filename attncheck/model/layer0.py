@@ -5,15 +5,17 @@ print precision; derived in docs/numerics.md §3.2). Every term is a worst-case 
   llamafile's tinyBLAS) errs by at most gamma(n) = (n/8 + 4)·2^-24 times Σ|terms|, whatever the order; the
   reference sums exactly. attn_norm: the norm's sums in another order (gamma(n) on the variance of a LayerNorm,
   whose sum of squares ggml reduces in f32 lanes) and its few roundings. Qcur/Kcur/Vcur: Σ_i |W_i||x_i| + |b| over
-  n_embd (over lanes of 4 products for symmetric-block weights: _grouped) (a RoPE pair adds its two; a q/k norm passes it on scaled by its gain, plus its own scale's change); a
-  q pre-scale scales it; a Hadamard rotation of block n sums it over the block / sqrt(n).
+  n_embd, or Σ over lanes of 4 products for symmetric-block weights (_grouped); a RoPE pair adds its two; a q/k
+  norm passes it on scaled by its gain, plus its own scale's change; a q pre-scale scales it; a Hadamard rotation
+  of block n sums it over the block / sqrt(n).
 - Rounding. llama.cpp rounds some of these values into a coarser format: attn_norm's output into each projection's
   vec_dot format (f16 for f16 weights, Q8_0/Q8_1/Q8_K blocks for quantized ones), q into the K cache's vec_dot
   format before k·q, K and V into the cache type, P into the V cache's float type before P·V. A value within the
   noise N of the reference's rounds differently only where a rounding midpoint lies within N of the reference's
   value, and then by whole steps (steps.deviation: found exactly from the reference's value, so most elements
   have none). Each such deviation is added in full, every one the same way: on a projection Σ_i |W_oi|·dev(x_i)
-  over its row; on kq Σ_d dev(q_d)|k_jd| + |q_d|dev(k_jd) (+ dev·dev) and the dot product's own noise; on P
+  over its row; on kq Σ_d dev(q_d)|k_jd| + |q_d|dev(k_jd) (+ dev·dev) and the dot product's own noise (and,
+  with a Q4_1/Q5_1 K, Σ_b dev(s_b)|m_jb| for q's Q8_1 block sums s); on P
   through softmax exactly, |Δp_j| <= p_j·(e^{s·D_j}·Σ_j' p_j' e^{s·D_j'} − 1) for score deviations D (s the
   scale), which a p-weighted mean keeps from growing with the row; on kqv Σ_j dev(P_j)|V_j| + P_j dev(V_j) (+
   dev·dev) and gamma(n)·Σ_j P_j|V_j|. A row whose values lie clear of every midpoint keeps print precision plus f32
@@ -38,6 +40,12 @@ SYMMETRIC_BLOCKS = frozenset({QT.Q4_0, QT.Q5_0, QT.Q8_0, QT.IQ4_NL})
 def gamma(n: int | np.ndarray) -> float | np.ndarray:
     """Worst f32 error of a sum of n terms accumulated in >= 8 SIMD lanes, relative to Σ|terms|."""
     return (np.asarray(n, dtype=np.float64) / 8 + 4) * U32
+
+
+def rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a [..., m, k], b [..., n, k] → [..., m, n]: Σ_k a·b over the rows of both (a matmul: BLAS, where einsum is not;
+    the error terms of kq and P·V over heads)."""
+    return np.matmul(a, np.swapaxes(b, -1, -2))
 
 
 def _matmul_gamma(m, name: str, n: int) -> float:
@@ -99,8 +107,8 @@ class Layer0:
     def _converted(self, name: str, w: np.ndarray) -> np.ndarray:
         """[T, out]: how far a layer-0 projection can move through its converted input: Σ_i |W_oi|·dev(x_i), dev the
         deviation of attn_norm's output in the weight's vec_dot format (steps.deviation; the noise itself for f32
-        activations); w: |W| [out, n_embd]. Q4_1/Q5_1 weights multiply their block min by the Q8_1 block sum s = f16(d·Σq), whose own
-        deviation adds |m|·dev(s)."""
+        activations); w: |W| [out, n_embd]. Q4_1/Q5_1 weights multiply their block min by the Q8_1 block sum
+        s = f16(d·Σq), whose own deviation adds |m|·dev(s)."""
         x = np.asarray(self.ref.get(0, "attn_norm"), np.float64)
         fmt = self._x_format(name)
         dev = deviation(x, self._x_noise(), fmt)  # [T, n_embd]
@@ -263,10 +271,10 @@ class Layer0:
         q, k, v, p = self._heads(0)
         rd = self._read()
         aq, ak = np.abs(q), np.abs(k)
-        dkq = (gamma(q.shape[-1]) * np.einsum("htd,hjd->htj", aq, ak) + np.einsum("htd,hjd->htj", rd["dq"], ak)
-               + np.einsum("htd,hjd->htj", aq, rd["dk"]) + np.einsum("htd,hjd->htj", rd["dq"], rd["dk"]))
+        dkq = gamma(q.shape[-1]) * rowdot(aq, ak) + rowdot(rd["dq"], ak) + rowdot(aq, rd["dk"])
+        dkq = dkq + rowdot(rd["dq"], rd["dk"])
         if "ds" in rd:  # q's Q8_1 block sum s rounded the other way: kq moves by Σ_b Δs_b·|m_jb|
-            dkq = dkq + np.einsum("htb,hjb->htj", rd["ds"], rd["mins"])
+            dkq = dkq + rowdot(rd["ds"], rd["mins"])
         if quantity == "kq":
             return dkq
         cap = self.ref.hparams.softcap
@@ -285,8 +293,7 @@ class Layer0:
         fmt = self._p_format() if quantity == "kqv" else "f32"
         dpv = deviation(p, dp, fmt) if fmt != "f32" else dp  # P as P·V reads it
         av = np.abs(v)
-        return (np.einsum("htj,hdj->htd", dpv, av) + np.einsum("htj,hdj->htd", p, rd["dv"])
-                + np.einsum("htj,hdj->htd", dpv, rd["dv"]) + gamma(n_vis) * np.einsum("htj,hdj->htd", p, av))
+        return rowdot(dpv, av) + rowdot(p, rd["dv"]) + rowdot(dpv, rd["dv"]) + gamma(n_vis) * rowdot(p, av)
 
     def _p_format(self) -> str:
         """What MUL_MAT(v, P) converts P to: the V cache's float type; nothing for f32 or a quantized V (flash), nor

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from attncheck.model.chaos import layer_chaos
+from attncheck.model.chaos import _largest_row_median, layer_chaos
 from attncheck.model.reference import forward
 from conftest import FIXTURES, attncheck as run
 from dumpedit import DumpEdit
@@ -80,3 +80,16 @@ def test_the_twin_diverges_as_a_correct_build_does(twin_ref):
     # without the twin there is no chaos to read: the calibrated table alone applies
     assert layer_chaos(forward(model, tokens, kv_type="q5_0", v_type="iq4_nl"), 1) == (0.0, 0.0)
     assert np.array_equal(again.get(1, "attn_out"), ref.get(1, "attn_out"))  # the reference itself is unmoved
+
+
+@pytest.mark.parametrize("kind", ["cauchy", "ties", "zeros", "half-zero"])
+def test_largest_row_median_is_numpys(kind):
+    """The twin's chaos_row takes the largest row median without partitioning every row (chaos._largest_row_median):
+    it must equal np.median's, ties, zeros and odd and even rows included."""
+    rng = np.random.default_rng(3)
+    for shape in [(1, 1), (1, 6), (9, 3), (200, 2), (300, 547)]:
+        z = {"cauchy": lambda: np.abs(rng.standard_cauchy(shape)),
+             "ties": lambda: rng.integers(0, 3, shape).astype(float),
+             "zeros": lambda: np.zeros(shape),
+             "half-zero": lambda: np.where(rng.random(shape) < 0.5, 0, rng.random(shape))}[kind]().astype(np.float32)
+        assert _largest_row_median(z) == float(np.median(z, axis=-1).max())

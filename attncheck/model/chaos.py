@@ -62,7 +62,20 @@ def _divergence(a: np.ndarray, t: np.ndarray) -> tuple[float, float]:
         z = np.abs(t - a, dtype=np.float32)  # f32 (the values' own type): the median's partition is the cost
         z *= np.float32(1 / rms)
     z[~np.isfinite(z)] = 0
-    return float(z.max()), float(np.median(z.reshape(-1, z.shape[-1]), axis=-1).max())
+    return float(z.max()), _largest_row_median(z.reshape(-1, z.shape[-1]))
+
+
+def _largest_row_median(z: np.ndarray) -> float:
+    """max over rows of np.median(row), z [rows, n], exactly, with few rows partitioned (the partition was most of the
+    twin's cost): the largest median among the 64 rows of largest mean is a floor L; a row's median exceeds L only
+    if at least n // 2 of its values do, and only those rows are partitioned."""
+    n = z.shape[-1]
+    top = np.argpartition(z.mean(axis=-1), max(0, len(z) - 64))[-64:]
+    best = float(np.median(z[top], axis=-1).max())
+    above = np.flatnonzero(np.count_nonzero(z > best, axis=-1) >= n // 2)
+    if above.size:
+        best = max(best, float(np.median(z[above], axis=-1).max()))
+    return best
 
 
 def chaos_of(cache: Mapping, ref: Reference, layer: int | None) -> tuple[float, float]:

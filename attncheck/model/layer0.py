@@ -239,8 +239,8 @@ class Layer0:
         v = deviation(v_stored, inputs["Vrot"], self.v_type).transpose(1, 2, 0)  # [H_kv, D, T]
         out = {"dq": dq.transpose(1, 0, 2), "k": k, "v": v, "dk": np.repeat(k, self.group, axis=0),
                "dv": np.repeat(v, self.group, axis=0)}
-        mins = store(k_stored, self.kv_type)[1]  # [T, H_kv, D/32]: a Q4_1/Q5_1 K's block mins, which multiply s
-        if k_fmt == "q8_1" and mins is not None:
+        mins = store(k_stored, self.kv_type)[1] if k_fmt == "q8_1" else None  # [T, H_kv, D/32]: Q4_1/Q5_1 K's
+        if mins is not None:  # block mins, which multiply q's block sums s
             out["ds"] = q8_1_sum_deviation(q, inputs["q"], dq)[0].transpose(1, 0, 2)  # [H, T, D/32]
             out["mins"] = np.repeat(np.abs(mins.astype(np.float64)).transpose(1, 0, 2), self.group, axis=0)
         self._cache["read"] = out  # type: ignore[assignment]

@@ -73,9 +73,10 @@ def float_deviation(x: np.ndarray, noise: np.ndarray, fmt: str = "f16") -> np.nd
 def q8_1_sum_deviation(x: np.ndarray, noise: np.ndarray, dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """x [..., n] converted to Q8_1 blocks of 32 within `noise` of the reference's, dev its elements' deviation
     (deviation(x, noise, "q8_1")) → [..., n / 32] twice: the most the stored block sum s = f16(d·Σq) can differ from
-    the reference's, and the noise of d·Σq it was found from. d·Σq moves by Σ dev (integers flipped), by |d·Σq| times d's own relative noise (the block's largest
-    |x| within its noise) and by the f32 roundings of d and the product; where an f16 midpoint lies within that, s
-    steps to the next f16 (Δs of one ulp: 2^-6 at s = 20, times the min of every Q4_1/Q5_1 block it multiplies)."""
+    the reference's, and the noise of d·Σq it was found from. d·Σq moves by Σ dev (integers flipped), by |d·Σq|
+    times d's own relative noise (the block's largest |x| within its noise) and by the f32 roundings of d and the
+    product; where an f16 midpoint lies within that, s steps to the next f16 (Δs of one ulp: 2^-6 at s = 20, times
+    the min of every Q4_1/Q5_1 block it multiplies)."""
     b = np.asarray(x, np.float64).reshape(*np.shape(x)[:-1], -1, 32)
     nb = np.broadcast_to(np.asarray(noise, np.float64), np.shape(x)).reshape(b.shape)
     i = np.abs(b).argmax(axis=-1)[..., None]

@@ -26,7 +26,7 @@ from .drift import DriftModel, Unit, cache_types, elementwise, roundings
 from .measure import measure, store_scales, sum_diff
 from .nodes import (ATOL, DRIFT_ORIGIN, EXACT, NMSE_MAX, NMSE_OTHER, NOT_COMPUTING, RTOL, NodeDiff, NodeRef, SumDiff,
                     Tolerance, Unmatched)
-from . import mean
+from . import basis, mean
 from .mean import ROW_ROLES, weighted_mean
 from .softmax import NO_SCORES, SCORE_ROLES, pending
 
@@ -215,14 +215,15 @@ def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool
 
 def _unit(da: Dump, db: Dump, ea: Evaluation, eb: Evaluation, given: tuple | None) -> Unit:
     """The drift model's unit: from the given weight types, else either log's `- type` lines; and the caches."""
-    caches = cache_types(ea, assign(ea)) | cache_types(eb, assign(eb))
+    ra, rb = assign(ea), assign(eb)
+    caches, moved = cache_types(ea, ra) | cache_types(eb, rb), basis.rebased(ra, rb)
     if given is not None:
-        return Unit.of(given[0], caches, given[1])
+        return Unit.of(given[0], caches, given[1], moved)
     for d, side in ((da, "OLD"), (db, "NEW")):
         header = next((r.header for r in d.runs if r.header is not None), None)
         if header is not None and header.tensor_types:
-            return Unit.of(header.tensor_types, caches, f"{side}'s log")
-    return Unit.of(None, caches, "")
+            return Unit.of(header.tensor_types, caches, f"{side}'s log", moved)
+    return Unit.of(None, caches, "", moved)
 
 
 def _weights(ev: Evaluation) -> dict[str, tuple]:
@@ -280,7 +281,8 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
     output = _output_pairs(ra.output, rb.output)
     for a in ea.nodes:
         role = ra.role(a)
-        b = output[id(a)] if id(a) in output else by_key.get(role.key)
+        moved = basis.partner_key(role, ra, rb)  # the builds hold it in different bases (basis.py)
+        b = output[id(a)] if id(a) in output else by_key.get(moved if isinstance(moved, tuple) else role.key)
         if b is not None and role.kind == "other" and ((a.op, a.ne) != (b.op, b.ne)
                                                        or not _same_reads(a, b, partner)):
             # a catch-all role is matched by position only: not across nodes of another op or shape, nor when they
@@ -294,6 +296,10 @@ def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str
         matched.add(id(b))
         partner[id(a)] = b
         nd = NodeDiff(ea.index, ea.run, role, a.ref, b.ref, n_past=ea.n_past or 0)
+        if isinstance(moved, str):
+            nd.skipped = moved
+            rep.nodes.append(nd)
+            continue
         if rep.model is not None:
             nd.roundings = max(ka.get(id(a), 0), kb.get(id(b), 0))
             nd.allowed = rep.model.rho(nd.roundings, role.name)

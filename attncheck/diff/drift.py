@@ -58,6 +58,18 @@ ROUNDING_OPS = ("MUL_MAT", "MUL_MAT_ID", "GELU")  # GELU reads an f16 table (doc
 STORE_OPS = ("SET_ROWS", "CPY")
 
 
+# half a step of a KV cache type's own rounding, relative to the rms of a block of 32 normal values (amax 2.37 rms,
+# max - min 4.1 rms on average): what a value stored in another basis by each build (basis.py) moves by
+STORE_UNIT = {"q8_0": 2.37 / 254, "q5_0": 2.37 / 32, "q4_0": 2.37 / 16, "q5_1": 4.1 / 62, "q4_1": 4.1 / 30,
+              "iq4_nl": 2.37 * 12 / 127}  # IQ4_NL: its table's widest gap, 24 of 127 units of amax
+
+
+def unit_of_store(name: str) -> float:
+    """The unit of a KV cache write of this type when the two builds write it in different bases (its own rounding,
+    which then falls anywhere in the step on either side), else unit_of_type's."""
+    return STORE_UNIT.get(name.lower(), unit_of_type(name))
+
+
 def unit_of_type(name: str) -> float:
     """The unit of the activation rounding a weight (or KV cache) of this ggml type implies."""
     t = name.lower()
@@ -78,15 +90,20 @@ class Unit:
     origin: str
 
     @classmethod
-    def of(cls, weight_types: Iterable[str] | None, cache_types: Iterable[str], origin: str) -> "Unit":
+    def of(cls, weight_types: Iterable[str] | None, cache_types: Iterable[str], origin: str,
+           rebased: Iterable[str] = ()) -> "Unit":
+        """rebased: the cache types the two builds store in different bases (basis.py), whose own rounding counts."""
         caches = [t for t in cache_types if t]
+        moved = sorted({t for t in rebased if t})
+        stores = [unit_of_store(t) for t in moved]
+        why = f"; KV cache {'/'.join(moved)} stored in another basis by each build: its own rounding" if moved else ""
         if weight_types is None:
-            return cls(max([Q8K_UNIT, *map(unit_of_type, caches)]),
-                       "weight types unknown (no --model, no types in either log): Q8 activations assumed")
+            return cls(max([Q8K_UNIT, *map(unit_of_type, caches), *stores]),
+                       "weight types unknown (no --model, no types in either log): Q8 activations assumed" + why)
         types = sorted({t.lower() for t in weight_types})
-        u = max([F32_UNIT, *map(unit_of_type, types), *map(unit_of_type, caches)])
+        u = max([F32_UNIT, *map(unit_of_type, types), *map(unit_of_type, caches), *stores])
         cache = f", KV cache {'/'.join(sorted(set(caches)))}" if caches else ""
-        return cls(u, f"weights {', '.join(types)} ({origin}){cache}")
+        return cls(u, f"weights {', '.join(types)} ({origin}){cache}{why}")
 
 
 @dataclass(frozen=True)

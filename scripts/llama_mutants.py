@@ -107,6 +107,10 @@ DUMPS: dict[str, DumpSpec] = {
     "gemma3-270m": DumpSpec("gemma3-270m", SHORT, ("--flash-attn", "off"), "gemma-3-270m Q4_K_M, short prompt"),
     "gemma3-270m-long": DumpSpec("gemma3-270m", LONG, ("--flash-attn", "off"),
                                  "gemma-3-270m Q4_K_M, 542 tokens (window 512)"),
+    "gemma3-270m-long-1ub": DumpSpec("gemma3-270m", LONG, ("-c", "2048", "-b", "2048", "-ub", "2048",
+                                                           "--flash-attn", "off"),
+                                     "gemma-3-270m Q4_K_M, 542 tokens in one ubatch (window 512): the extra keys "
+                                     "are not among the printed slots"),
 }
 
 

@@ -11,11 +11,11 @@ def list_dump(dump: str | BinaryIO = "-", *, model: str | None = None, jobs: int
     """`attncheck list DUMP` for Python: one dump's entry of `attncheck list --json` ("dumps": [...]): its source,
     evaluations (a count), rows (one per layer of each evaluation: its kind of attention, nodes and their lines, H,
     H_kv, D_h, n_kv), runs (their line and token ids; with a model, each token's text) and warnings. The dump is
-    read in parts on `jobs` processes (check/pool.py); limit: the rows of the first `limit` evaluations only (all
+    read in parts on `jobs` processes (dump/pool.py); limit: the rows of the first `limit` evaluations only (all
     are counted), so that memory does not grow with the dump. A DumpError for an unusable dump or model."""
     from .arch.gguf_header import read_header
     from .arch.vocab import token_text
-    from .check.pool import Replay, gathered, jobs_default
+    from .dump.pool import Replay, gathered, jobs_default
     from .dump.graph import read_dump
     from .dump.listing import listed
 

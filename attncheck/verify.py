@@ -16,7 +16,7 @@ from .arch.header import facts_from_header, require_shape
 from .arch.log_header import LogHeader
 from .arch.vocab import token_text
 from .check.dumponly import DumpChecker
-from .check.report import Report
+from .report import Report
 from .dump.graph import Dump, Evaluation, read_dump
 from .errors import DumpError, printable
 from .results import FixedTolerance, SiteReport
@@ -93,7 +93,7 @@ def _fits(shape: tuple[int, list[int]], sites, source: str, header: Header) -> N
 
 
 class Observer(Protocol):
-    """What verify shows a collector (the HTML page's, check/page.py) besides the report."""
+    """What verify shows a collector (the HTML page's, present/page.py) besides the report."""
 
     def evaluation(self, ev: Evaluation, reference: Any) -> None:
         """Each evaluation once the checkers have seen it, while its nodes are still there; reference: the run's
@@ -140,7 +140,7 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
 
     progress(dump, evaluation) is called as the dump is read (dump.bytes_read says how far it is); observe (Observer)
     is shown each evaluation and each SiteReport. The dump-only checks read the dump in parts on every core
-    (Options.jobs; check/pool.py); with a model's reference forward pass, an observer or --fail-fast, evaluations are
+    (Options.jobs; dump/pool.py); with a model's reference forward pass, an observer or --fail-fast, evaluations are
     read one after another in this process.
     """
     opts = _options(options, kw)
@@ -204,7 +204,8 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
 def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits,
               logs: Options | None = None) -> tuple[list[SiteReport], Read]:
     """The dump read in parts (in worker processes when jobs > 1), taken in by the checker in dump order."""
-    from .check.pool import Replay, gathered, jobs_default
+    from .check.gather import gather
+    from .dump.pool import Replay, gathered, jobs_default
 
     read = Read()
     replay = Replay(dump.source)
@@ -214,7 +215,8 @@ def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits
         if progress is not None:
             progress(dump, None)
 
-    for part in gathered(dump.stream, dump.source, checker.layers, jobs or jobs_default(), on_read=on_read):
+    for part in gathered(dump.stream, dump.source, checker.layers, jobs or jobs_default(), gather,
+                         on_read=on_read):
         for ev in replay.take(part):
             if logs is not None:
                 k = ev.run - replay.implicit

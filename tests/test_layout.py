@@ -9,9 +9,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "attncheck"
 
 # layer of each top-level part: a module may import parts of its own layer or below, never above, and `check`
 # and `model` never each other
-LAYER = {"errors": 0, "precision": 0, "commands": 0, "results": 1, "arch": 1, "dump": 1, "checker": 2, "check": 3,
-         "model": 3, "verify": 4, "progress": 4, "run": 4, "listing": 4, "inspect": 5, "diff": 5, "cli": 6,
-         "__init__": 6, "__main__": 7}
+LAYER = {"errors": 0, "precision": 0, "commands": 0, "results": 1, "report": 1, "arch": 1, "dump": 1, "checker": 2,
+         "sites": 2, "check": 3, "model": 3, "present": 3, "verify": 4, "listing": 4, "inspect": 5, "diff": 5,
+         "cli": 6, "__init__": 6, "__main__": 7}
 
 
 def _part(module_path: Path) -> str:

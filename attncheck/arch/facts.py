@@ -126,3 +126,12 @@ class AttentionFacts:
             "recurrent_layers": self.recurrent.to_dict(),
             "notes": list(self.notes),
         }
+
+
+def scale_words(s) -> str:
+    """A kq_scale fact's value in words: 1/sqrt(D_h), one number, or one per D_h."""
+    if s is None:
+        return "1/sqrt(D_h)"
+    if isinstance(s, dict):
+        return ", ".join(f"{v:.6g} (D_h {d})" for d, v in s.items())
+    return f"{s:.6g}"

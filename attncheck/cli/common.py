@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 import click
 from rich.console import Console
 
-from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
+from ..report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..arch.vocab import GLUE, Texts
 from ..errors import ModelError, printable
 
@@ -250,7 +250,7 @@ def junit_option():
 
 def write_html(target: str, build) -> int:
     """Build and write the page; EXIT_INPUT with one line when it cannot be written, else EXIT_PASS."""
-    from ..check.html import write_page
+    from ..present.html import write_page
 
     return written("--html", target, lambda: write_page(target, build()))
 

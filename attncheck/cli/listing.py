@@ -5,8 +5,8 @@ import sys
 
 import click
 
-from ..check.columns import NEVER, Col, dropped, extent, fit
-from ..check.report import EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
+from ..present.columns import NEVER, Col, dropped, extent, fit
+from ..report import EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..errors import DumpError, markup
 from .common import combine, console as make_console, fail, jobs_option, json_option, model_meta, warn, write_json
 

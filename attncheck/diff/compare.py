@@ -18,7 +18,7 @@ from .align import Aligned, align, causal, geometry
 from ..errors import DumpError
 from ..dump.graph import Dump, Evaluation, read_dump
 from ..dump.records import Node
-from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
+from ..report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..dump.roles import assign
 from ..model.identity import same_model
 from ..dump.sample import parse_sample

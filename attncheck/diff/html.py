@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ..check.html import bucket, document, esc, lines
+from ..present.html import bucket, document, esc, lines
 from .compare import DiffReport, NodeDiff
 from .render import LIST_LIMIT, divergence_line, prompt_line, tolerance_line, verdict
 

@@ -10,7 +10,7 @@ import pickle
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 
-from ..check.pool import end_pool, worker_pool
+from ..dump.pool import end_pool, worker_pool
 from ..dump.graph import Evaluation
 from .compare import DiffReport, _diff_evaluation
 from .nodes import NodeDiff, Unmatched

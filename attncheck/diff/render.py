@@ -8,11 +8,11 @@ from rich.table import Table
 
 from .compare import NMSE_MAX, NMSE_OTHER, DiffReport, NodeDiff
 from ..errors import markup as escape, printable
-from ..check.columns import NEVER, Col, fit
+from ..present.columns import NEVER, Col, fit
 from .drift import MEAN_FACTOR, MEAN_ROLES, SOFTMAX_FACTOR
 from .mean import WEIGHTED_MEANS, weighted_mean
 from .render_drift import drift_table, per_layer
-from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED, SCHEMA
+from ..report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED, SCHEMA
 from ..results import json_number
 
 FACTOR_ONLY = tuple(r for r in MEAN_ROLES if not weighted_mean(r))  # means whose scores are never printed

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from ..check.columns import NEVER, Col, fit
+from ..present.columns import NEVER, Col, fit
 from ..errors import markup as escape
 from .compare import DiffReport, NodeDiff
 
@@ -46,7 +46,7 @@ def per_layer(rep: DiffReport) -> list[LayerDrift]:
 
 def drift_table(rep: DiffReport, width: int | None = None):
     """Per layer the largest drift and the node closest to its allowance; the layer and its verdict always, the other
-    columns as the terminal's width allows (check/columns.py)."""
+    columns as the terminal's width allows (present/columns.py)."""
     cols = (Col("layer", "left", NEVER), Col("nodes", keep=2), Col("largest drift (of rms)", keep=7),
             Col("in", "left", 4, wrap=True, min_width=8, fold=True), Col("allowed there", keep=6),
             Col("closest to its allowance", "left", 3, wrap=True, min_width=8, fold=True), Col("|Δ|/tol", keep=5),

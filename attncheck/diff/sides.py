@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..check.render import failure_lines
-from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED, Report
+from ..present.render import failure_lines
+from ..report import EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED, Report
 from ..dump.graph import read_dump
 from ..errors import DumpError, ModelError
 from ..results import json_number

@@ -12,7 +12,7 @@ from rich import box
 from rich.console import Console
 from rich.panel import Panel
 
-from ..check.heads import kv_head
+from ..sites.heads import kv_head
 from ..dump.graph import Dump, _layer_of, read_dump
 from ..dump.sample import parse_sample
 from ..errors import DumpError, markup as escape

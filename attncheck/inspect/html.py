@@ -1,6 +1,6 @@
 """`inspect --html`: the one-head view as a page. The walk of one query (scores, scale, mask, softmax, weighted
 sum, each beside the dumped value) as tables, and the head's P and O heatmaps drawn by the same script as check's
-page, from the same collector (check/page.py) fed with the dump-only checks of this head and, with --model, the
+page, from the same collector (present/page.py) fed with the dump-only checks of this head and, with --model, the
 model's checks and reference."""
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from ..arch import lookup
 from ..arch.gguf_header import read_header
 from ..check.dumponly import DumpChecker
 from ..check.hypotheses import pin
-from ..check.html import document, esc, lines, table, token_texts
-from ..check.page import PageData
+from ..present.html import document, esc, lines, table, token_texts
+from ..present.page import PageData
 from ..dump.graph import Dump, read_dump
 from ..verify import Options, given_facts, merge
 from .model_walk import ModelWalk, model_walk_site

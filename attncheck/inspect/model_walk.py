@@ -15,7 +15,7 @@ import numpy as np
 from ..arch.facts import AttentionFacts
 from ..results import CheckResult, SiteReport
 from ..dump.graph import Dump, Evaluation, Site, read_dump
-from ..check.heads import kv_head
+from ..sites.heads import kv_head
 from ..model.checker import ModelChecker
 from ..model.reference import Reference
 from ..dump.sample import Sample, parse_sample

@@ -14,8 +14,8 @@ from rich.text import Text
 
 from .. import __version__
 from ..arch.vocab import shown, token_unit
-from ..check.columns import NEVER, Col, dropped, fit, fits
-from ..check.mask import OUTSIDE_WINDOW, REASONS, VISIBLE
+from ..present.columns import NEVER, Col, dropped, fit, fits
+from ..sites.mask import OUTSIDE_WINDOW, REASONS, VISIBLE
 from ..errors import markup as escape, printable
 from .walk import HeadWalk, Rows, span
 
@@ -94,7 +94,7 @@ def header(w: HeadWalk) -> Panel:
 
 
 class _Rows:
-    """Columns and rows, laid out by check/columns.fit for the console's width when printed."""
+    """Columns and rows, laid out by present/columns.fit for the console's width when printed."""
 
     def __init__(self, *cols: Col):
         self.cols, self.rows = list(cols), []

@@ -83,7 +83,7 @@ MUTANTS = [
            "ATOL = 1e-4\nRTOL = 2.0**-16", "ATOL = 1e-2\nRTOL = 100 * 2.0**-16", DIFF),
     Mutant("diff-drift-x10", "diff's drift allowance (A) ×10", "diff/drift.py", "A = 5.0  #", "A = 50.0  #",
            DIFF + ("tests/test_diff_drift.py",)),
-    Mutant("prefix-all", "--prefix compares all positions, not only those causality fixes", "diff/compare.py",
+    Mutant("prefix-all", "--prefix compares all positions, not only those causality fixes", "diff/pair.py",
            "    if rep.prefix and T_short is not None:\n        keep = causal(",
            "    if False:\n        keep = causal(", DIFF),
     # --- --model ---

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 from ..present.junit import add_case, add_suite, finish_tree
 from ..report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
-from .compare import DiffReport
+from .report import DiffReport
 from .render import divergence_line
 
 

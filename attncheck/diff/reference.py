@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..results import CheckResult, describe
 from ..verify import Options
-from .compare import DiffReport
+from .report import DiffReport
 from .sides import Side, check_side
 
 OTHER_DUMP = "other dump"

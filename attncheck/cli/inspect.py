@@ -27,7 +27,7 @@ from .common import (SCALE, combine, console as make_console, fail, html_option,
 def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, tokens, html_out):
     """Walk one head by hand: Q/K/V rows, scores, scale, mask, weights, weighted sum, beside the dump."""
     from ..inspect import inspect as walk_one
-    from ..inspect.records import Inspection
+    from ..inspect.inspection import Inspection
     from ..inspect.walk import NothingToInspect
 
     page = None

@@ -12,13 +12,13 @@ def inspect(dump, layer: int, head: int, *, query: int | None = None, evaluation
             kq_scale: float | None = None, model: str | None = None, tokens: tuple[int, ...] | None = None):
     """`attncheck inspect DUMP --layer L --head H` for Python: walk one head for one query (default: the last whose
     visible slots are all printed) of an evaluation; with a model (a GGUF path), its reference's full rows and
-    checks too. The records.Inspection its JSON is made from (`.to_dict()`, `.passed`, `.exit_code`). A dump
+    checks too. The inspection.Inspection its JSON is made from (`.to_dict()`, `.passed`, `.exit_code`). A dump
     without scores or weights (flash attention) needs the model and a path: walk.NothingToInspect without them
     (the command's exit 3); a layer, head, query or evaluation that was not printed is a DumpError."""
     import os
 
     from .model_walk import walk_head
-    from .records import Inspection
+    from .inspection import Inspection
     from .walk import NothingToInspect
 
     try:

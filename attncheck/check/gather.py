@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..dump.graph import Evaluation, Site, SiteInfo
+from ..dump.attention import Site, SiteInfo
+from ..dump.graph import Evaluation
 from ..dump.sample import parse_sample
 from ..errors import DumpError
 from . import steps

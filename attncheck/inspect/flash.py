@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.panel import Panel
 
 from ..sites.heads import kv_head
-from ..dump.graph import Dump, _layer_of, read_dump
+from ..dump.attention import layer_of
+from ..dump.graph import Dump, read_dump
 from ..dump.sample import parse_sample
 from ..errors import DumpError, markup as escape
 from .model_walk import FullRow, ModelWalk
@@ -62,7 +63,7 @@ def flash_walk(dump: Dump | str, layer: int, head: int, model: str, query: int |
             checker.check(ev)  # the run's reference follows every evaluation
             ev.nodes.clear()
             continue
-        flash = {_layer_of(f, -1): f for f in ev.flash}
+        flash = {layer_of(f, -1): f for f in ev.flash}
         if layer not in flash:
             raise DumpError(dump.source, None, f"layer {layer} has no flash attention in evaluation {evaluation}: "
                                                f"layers {span(sorted(flash))}")

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..arch.facts import AttentionFacts
 from ..results import CheckResult, SiteReport
-from ..dump.graph import Dump, Evaluation, Site, read_dump
+from ..dump.attention import Site
+from ..dump.graph import Dump, Evaluation, read_dump
 from ..sites.heads import kv_head
 from ..model.checker import ModelChecker
 from ..model.reference import Reference

@@ -19,7 +19,8 @@ from ..check.hypotheses import pin
 from ..check.scoring import site_facts
 from ..sites.mask import EMPTY, LATER, OUTSIDE_WINDOW, REASONS, VISIBLE, full_mask
 from ..report import Report
-from ..dump.graph import Dump, Evaluation, Site, read_dump
+from ..dump.attention import Site
+from ..dump.graph import Dump, Evaluation, read_dump
 from ..dump.sample import Sample, parse_sample
 from ..errors import DumpError
 from .records import HeadWalk, MaskRange, QueryRow, Rows, WeightedSum

@@ -19,7 +19,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..arch.facts import Window
-from ..dump.graph import Evaluation, Site
+from ..dump.attention import Site
+from ..dump.graph import Evaluation
 from ..dump.sample import parse_sample
 from ..results import CheckResult, SiteReport
 from ..sites.mask import Geometry, Mask, SiteFacts, full_mask

@@ -14,6 +14,7 @@ import os
 from itertools import zip_longest
 from typing import BinaryIO
 
+from ..dump.records import ne_text
 from ..dump.graph import Dump, Evaluation, read_dump
 from ..dump.roles import assign
 from ..model.identity import same_model
@@ -112,7 +113,7 @@ def _same_inputs(rep: DiffReport, ea: Evaluation, eb: Evaluation) -> str:
     bad = [k for k in sorted(wa.keys() & wb.keys()) if wa[k] != wb[k]]
     if bad:
         k = bad[0]
-        return (f"different models: weight '{k}' is {_ne(wa[k])} in OLD and {_ne(wb[k])} in NEW"
+        return (f"different models: weight '{k}' is {ne_text(wa[k])} in OLD and {ne_text(wb[k])} in NEW"
                 f"{f' ({len(bad) - 1} more weights differ)' if len(bad) > 1 else ''}")
     if wa and wb and not wa.keys() & wb.keys():
         return "different models: the two dumps have no weight in common"
@@ -139,7 +140,3 @@ def _same_inputs(rep: DiffReport, ea: Evaluation, eb: Evaluation) -> str:
     if ea.n_past != eb.n_past:
         return f"the evaluations do not line up: evaluation {ea.index} starts at n_past {ea.n_past} in OLD, {eb.n_past} in NEW"
     return ""
-
-
-def _ne(ne) -> str:
-    return "{" + ", ".join(map(str, ne)) + "}"

@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..dump.records import ne_text
 from ..arch.vocab import shown, token_unit
 from ..present.columns import NEVER, Col, dropped, fit, fits
 from ..sites.mask import OUTSIDE_WINDOW, REASONS, VISIBLE
@@ -20,10 +21,6 @@ from .walk import HeadWalk, Rows, span
 
 SHADES = " ░▒▓█"  # weight 0 .. 1 in five steps: the heatmap reads without colour
 MASKED, ELIDED, WINDOWED = "·", "…", "×"
-
-
-def _ne(ne) -> str:
-    return "{" + ", ".join(map(str, ne)) + "}"
 
 
 def _fmt(x: float, digits: int = 4) -> str:
@@ -124,7 +121,7 @@ def shape_table(w: HeadWalk, width: int | None = None) -> Group:
     for s in w.shapes:
         kv = " (KV)" if s.role in ("k", "v") else ""
         axis = "?" if s.head_axis is None else f"ne{s.head_axis}{kv}"
-        t.add_row(escape(s.name), str(s.line), s.op, s.type, _ne(s.ne), axis,
+        t.add_row(escape(s.name), str(s.line), s.op, s.type, ne_text(s.ne), axis,
                   escape(f"{s.logical} = [{s.logical_shape[0]}, {s.logical_shape[1]}]"))
     return _titled("shapes: GGML ne {ne0, ne1, ne2, ne3}, ne0 contiguous; the head axis indexes heads "
                    "(KV heads for the K and V cache views, which hold V_h transposed)", t, width)

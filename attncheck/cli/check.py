@@ -7,6 +7,7 @@ import sys
 import click
 
 from ..report import EXIT_FAIL, EXIT_INPUT, Report, multi_dict
+from ..arch.context import opened
 from ..errors import DumpError, ModelError, printable
 from ..inspect.walk import span
 from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option,
@@ -101,7 +102,7 @@ def check(dumps, model, kq_scale, layers, heads, json_out, junit, atol, rtol, jo
     from .progress import evaluation_progress, wanted as progress_wanted
     from ..verify import verify
 
-    opts = _options(kq_scale, layers, heads, atol, rtol, jobs, fail_fast, model, tokens)
+    opts = _options(kq_scale, layers, heads, atol, rtol, jobs, fail_fast, opened(model), tokens)  # opened once
     stdout_report = to_stdout(json_out, junit)
     console = make_console(stderr=stdout_report)
     if not dumps and sys.stdin.isatty():  # reading a terminal would wait for input that never comes
@@ -138,5 +139,5 @@ def check(dumps, model, kq_scale, layers, heads, json_out, junit, atol, rtol, jo
         console.print(printable(f"stopped early (--fail-fast): {len(left)} of {len(paths)} dumps not checked: "
                                 f"{', '.join(left)}"), style="bold red", highlight=False, soft_wrap=True, markup=False)
     codes = [code for _, code, _ in inputs]
-    codes += _written(reports, inputs, left, pages, errors, json_out, junit, html_out, model)
+    codes += _written(reports, inputs, left, pages, errors, json_out, junit, html_out, opts.model)
     sys.exit(combine(codes))

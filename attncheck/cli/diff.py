@@ -59,13 +59,15 @@ def diff_(old, new, prefix, json_out, junit, exact, atol, rtol, nmse, model, qui
     if old == new == "-":
         raise click.UsageError("OLD and NEW are both '-': stdin is one dump; give the other as a file")
     try:
+        from ..arch.context import opened
         from ..diff.drift import weight_types_of
 
         from ..dump.pool import jobs_default
 
         with spooled(old, new) as (paths, names):  # diff reads each dump twice: stdin is kept in a file meanwhile
-            rep = diff(*paths, prefix=prefix, tolerance=tol, weight_types=weight_types_of(model) if model else None,
-                       jobs=jobs or jobs_default(), model=model, names=names)
+            context = opened(model)  # its header read once: for the drift model's weight types and both sides
+            rep = diff(*paths, prefix=prefix, tolerance=tol, weight_types=weight_types_of(context) if model else None,
+                       jobs=jobs or jobs_default(), model=context, names=names)
     except Exception as e:  # unusable input (DumpError names file and line) or a bug: one line, exit 2
         what = (str(e) if isinstance(e, (DumpError, ModelError))
                 else f"internal error ({type(e).__name__}: {e}); please report it")

@@ -6,6 +6,7 @@ import sys
 import click
 
 from ..report import EXIT_INPUT, EXIT_UNVERIFIED
+from ..arch.context import opened
 from ..errors import DumpError, ModelError
 from .common import (SCALE, combine, console as make_console, fail, html_option, json_option, tokens as parse_tokens,
                      vocab, write_html, write_json)
@@ -30,16 +31,16 @@ def inspect_(dump, layer, head, query, evaluation, kq_scale, json_out, model, to
     from ..inspect.inspection import Inspection
     from ..inspect.walk import NothingToInspect
 
-    page = None
+    page, context = None, opened(model)  # its header read once: for the walk, its checks and the page's vocabulary
     try:
         if html_out:
             from ..inspect.html import head_page
 
             w, mw, page = head_page(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale,
-                                    model=model, tokens=parse_tokens(tokens), vocab=vocab(model))
+                                    model=context, tokens=parse_tokens(tokens), vocab=vocab(context))
             seen = Inspection(w, mw)
         else:  # a flash-attention dump with --model: the head walked from the reference, the flash output checked
-            seen = walk_one(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale, model=model,
+            seen = walk_one(dump, layer, head, query=query, evaluation=evaluation, kq_scale=kq_scale, model=context,
                             tokens=parse_tokens(tokens))
     except (DumpError, ModelError) as e:
         fail(str(e))

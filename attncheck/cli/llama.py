@@ -234,7 +234,7 @@ class Process:
         return DumpError(BINARY, None, f"exited with code {code}; {said}")
 
 
-def run_llama(model: str, prompt: str, llama_args: tuple[str, ...] = (), *, binary: str | None = None,
+def run_llama(model, prompt: str, llama_args: tuple[str, ...] = (), *, binary: str | None = None,
               keep: str | None = None, dump_only: bool = False, stall: float = STALL, observe=None, **options):
     """`attncheck run -m MODEL -p PROMPT [-- LLAMA_ARGS]` for Python: run llama-eval-callback and check its output
     as it streams; the report.Report its JSON is made from (`.to_dict()`, `.exit_code`). The printed numbers
@@ -242,21 +242,24 @@ def run_llama(model: str, prompt: str, llama_args: tuple[str, ...] = (), *, bina
     architecture: a warning in the report says so). llama_args go to llama.cpp (flash attention off unless they set
     it); options are verify.Options' (layers=, heads=, kq_scale=, tokens=, jobs=, ...); observe: verify's. A model
     that is not a regular file is a ModelError before llama.cpp starts; a binary that cannot start, fails or
-    stalls `stall` seconds, a DumpError naming it (and what it said)."""
-    from ..arch.gguf_header import read_header
+    stalls `stall` seconds, a DumpError naming it (and what it said). model: a path, or the context a command opened
+    (arch/context.py)."""
+    from ..arch.context import model_path, open_model
     from ..arch.header import require_shape
     from ..verify import Options, verify
 
-    if not os.path.isfile(model):  # before llama.cpp starts: it would wait on a FIFO for ever, read a folder as nothing
-        raise ModelError(model, "no such file" if not os.path.exists(model) else "not a regular file")
+    path = model_path(model)
+    if not os.path.isfile(path):  # before llama.cpp starts: it would wait on a FIFO for ever, read a folder as nothing
+        raise ModelError(path, "no such file" if not os.path.exists(path) else "not a regular file")
     reference, why_not = (None if dump_only else model), ""
     if reference is not None:
         try:
-            require_shape(read_header(reference).meta, reference)
+            reference = open_model(reference)  # its header read once (or as the command opened it)
+            require_shape(reference.meta, reference.path)
         except ModelError as e:  # llama.cpp may still run it: check from the dump alone
             reference, why_not = None, f"no --model checks: {e}"
     opts = Options(**{"require_ids": False, **options, "model": reference})
-    proc = Process(command(find_binary(binary), model, prompt, tuple(llama_args)), keep, stall)
+    proc = Process(command(find_binary(binary), path, prompt, tuple(llama_args)), keep, stall)
     report, error = None, None
     with proc:  # llama.cpp's process group ends with this block, whatever ends it
         try:

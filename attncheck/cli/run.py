@@ -9,10 +9,12 @@ import sys
 
 import click
 
+from ..arch.context import opened
 from ..errors import DumpError, ModelError
 from ..report import EXIT_INPUT
 from .check import _options, _shown, _written, check_options
-from .common import TOLERANCE, combine, console as make_console, fail, output_target, to_stdout, written
+from .common import (TOLERANCE, combine, console as make_console, fail, output_target, to_stdout,
+                     written)
 from .llama import STALL
 
 
@@ -85,11 +87,12 @@ def run(model, prompt, binary, keep, dump_only, stall, kq_scale, layers, heads, 
     if not os.path.isfile(model):  # before llama.cpp starts: it would wait on a FIFO for ever, read a folder as nothing
         fail(f"-m {model}: {'no such file' if not os.path.exists(model) else 'not a regular file'}")
         sys.exit(EXIT_INPUT)
+    context = opened(model)  # its header read once: for the checks and the page's vocabulary
     stdout_report = to_stdout(json_out, junit)
     opts = _options(kq_scale, layers, heads, atol, rtol, jobs, fail_fast, None, tokens)
     page = PageData(BINARY, opts.heads, opts.layers) if html_out else None
     try:
-        report = run_llama(model, prompt, extra, binary=binary, keep=keep, dump_only=dump_only, stall=stall,
+        report = run_llama(context, prompt, extra, binary=binary, keep=keep, dump_only=dump_only, stall=stall,
                            observe=page, **{f.name: getattr(opts, f.name) for f in fields(opts) if f.name != "model"})
     except (DumpError, ModelError) as e:
         fail(str(e))
@@ -98,7 +101,7 @@ def run(model, prompt, binary, keep, dump_only, stall, kq_scale, layers, heads, 
     inputs = [(report.source, report.exit_code, None)]
     codes = [report.exit_code]
     codes += _written([report], inputs, [], [(report, page)] if page is not None else [], [], json_out, junit,
-                      html_out, model)
+                      html_out, context)
     if keep:
         written("--keep", keep, lambda: None)  # one line: the kept dump's path and size
     sys.exit(combine(codes))

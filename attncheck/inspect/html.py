@@ -9,8 +9,7 @@ from typing import BinaryIO, Sequence
 import numpy as np
 from rich.text import Text
 
-from ..arch import lookup
-from ..arch.gguf_header import read_header
+from ..arch.context import open_model
 from ..check.dumponly import DumpChecker
 from ..check.hypotheses import pin
 from ..present.html import document, esc, lines, table, token_texts
@@ -79,10 +78,11 @@ def model_rows(mw: ModelWalk) -> str:
 
 
 def head_page(dump: Dump | str | BinaryIO, layer: int, head: int, *, query: int | None = None, evaluation: int = 0,
-              kq_scale: float | None = None, model: str | None = None, tokens: tuple[int, ...] | None = None,
+              kq_scale: float | None = None, model=None, tokens: tuple[int, ...] | None = None,
               vocab: Sequence[str] | None = None) -> tuple[HeadWalk, ModelWalk | None, str]:
     """The walk (and the model's side of it), and the page showing both with the head's heatmaps."""
-    header_ = read_header(model) if model is not None else None
+    model = open_model(model) if model is not None else None
+    header_ = model.header if model is not None else None
     given = given_facts(Options(kq_scale=kq_scale), header_)
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
@@ -93,7 +93,7 @@ def head_page(dump: Dump | str | BinaryIO, layer: int, head: int, *, query: int 
     checker = DumpChecker(src, pin(run_views, given)[0].facts, layers, only)  # the facts the walk used
     reports = checker.check(ev) + checker.finish()[0]
     mw = reference = None
-    entry = lookup(header_.arch) if header_ is not None else None
+    entry = model.entry if model is not None else None
     if entry is not None and entry.forward is not None:
         mw, model_reports, reference = model_walk_site(src, ev, site, w, model, kq_scale, tokens)  # type: ignore
         reports = merge(reports, model_reports)

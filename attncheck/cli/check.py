@@ -8,11 +8,14 @@ import click
 
 from ..report import EXIT_FAIL, EXIT_INPUT, Report, multi_dict
 from ..arch.context import opened
+from ..arch.table import ARCHS
 from ..errors import DumpError, ModelError, printable
 from ..inspect.walk import span
 from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option,
                      json_option, junit_option, to_stdout, tokens as parse_tokens, vocab, warn,
                      write_html, write_json, write_junit)
+
+FORWARD = [name for name, a in ARCHS.items() if a.forward is not None]  # the architectures with a reference
 
 
 def check_options(f):
@@ -92,8 +95,8 @@ def _written(reports: list[Report], inputs: list, left: list[str], pages: list, 
 @click.command()
 @click.argument("dumps", nargs=-1, metavar="[DUMP]...")
 @click.option("--model", metavar="GGUF", help="Also check every printed node against this model's reference "
-              "forward pass (gpt2, llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, starcoder2, falcon); for "
-              "another architecture, its header's attention facts drive the dump-only checks.")
+              f"forward pass ({', '.join(FORWARD)}); for another architecture, its header's attention facts drive "
+              "the dump-only checks.")
 @check_options
 def check(dumps, model, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fail_fast, quiet, verbose, tokens,
           html_out):

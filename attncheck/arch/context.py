@@ -14,6 +14,8 @@ from .table import Arch, lookup
 
 @dataclass(frozen=True)
 class ModelContext:
+    """A GGUF model as a command opened it: where it is and its header (read once, never changed)."""
+
     path: str
     header: Header
 

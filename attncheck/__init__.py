@@ -12,8 +12,8 @@ dict of one dump), raising DumpError or ModelError where the command exits 2:
     >>> listed = attncheck.list_dump("dump.txt")                    # attncheck list dump.txt --json (one dump)
     >>> report = attncheck.run("model.gguf", "How are", ["-ub", "2"])  # attncheck run -m model.gguf -p ... -- -ub 2
 
-`attncheck.diff`, `attncheck.inspect` and `attncheck.run` are also the packages and module that hold those commands
-(commands.py).
+`attncheck.diff` and `attncheck.inspect` are also the packages that hold those commands (commands.py); `attncheck.run`
+is cli/llama.py's run_llama.
 """
 __version__ = "0.1.0"
 
@@ -26,10 +26,11 @@ _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .errors import DumpError, ModelError
 from .dump.graph import Dump, read_dump
-from .check.report import Report
+from .report import Report
 from .verify import Options, verify
 from .listing import list_dump
-from . import diff, inspect, run
+from . import diff, inspect
+from .cli.llama import run_llama as run
 
 __all__ = ["DumpError", "Dump", "ModelError", "Options", "Report", "diff", "inspect", "list_dump", "read_dump", "run",
            "verify", "__version__"]

@@ -1,6 +1,5 @@
 """Packages that are also functions: `attncheck.diff(old, new)` and `attncheck.inspect(dump, layer, head)` are the
-commands `attncheck diff` and `attncheck inspect` for Python, as `attncheck.run(model, prompt)` is `attncheck run`,
-while `attncheck.diff.compare`, `attncheck.inspect.walk` and the rest stay the modules they are. A package's name
+commands `attncheck diff` and `attncheck inspect` for Python, while `attncheck.diff.compare`, `attncheck.inspect.walk` and the rest stay the modules they are. A package's name
 is bound to the package whenever one of its modules is imported, so a function of the same name beside it would be
 replaced at the first call; a package module whose class is callable is both."""
 from __future__ import annotations

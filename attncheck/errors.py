@@ -17,7 +17,7 @@ class DumpError(Exception):
         where = self.source if self.line is None else f"{self.source}:{self.line}"
         return printable(f"{where}: {self.message}")
 
-    def __reduce__(self):  # a worker process sends it back to the parent (check/pool.py)
+    def __reduce__(self):  # a worker process sends it back to the parent (dump/pool.py)
         return DumpError, (self.source, self.line, self.message)
 
 

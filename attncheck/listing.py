@@ -6,20 +6,21 @@ from typing import BinaryIO
 from .errors import printable
 
 
-def list_dump(dump: str | BinaryIO = "-", *, model: str | None = None, jobs: int | None = None,
+def list_dump(dump: str | BinaryIO = "-", *, model=None, jobs: int | None = None,
               limit: int | None = None) -> dict:
     """`attncheck list DUMP` for Python: one dump's entry of `attncheck list --json` ("dumps": [...]): its source,
     evaluations (a count), rows (one per layer of each evaluation: its kind of attention, nodes and their lines, H,
     H_kv, D_h, n_kv), runs (their line and token ids; with a model, each token's text) and warnings. The dump is
-    read in parts on `jobs` processes (check/pool.py); limit: the rows of the first `limit` evaluations only (all
-    are counted), so that memory does not grow with the dump. A DumpError for an unusable dump or model."""
-    from .arch.gguf_header import read_header
+    read in parts on `jobs` processes (dump/pool.py); limit: the rows of the first `limit` evaluations only (all
+    are counted), so that memory does not grow with the dump. model: a path, or the context a command opened
+    (arch/context.py). A DumpError for an unusable dump or model."""
+    from .arch.context import open_model
     from .arch.vocab import token_text
-    from .check.pool import Replay, gathered, jobs_default
+    from .dump.pool import Replay, gathered, jobs_default
     from .dump.graph import read_dump
     from .dump.listing import listed
 
-    meta = read_header(model).meta if model is not None else None
+    meta = open_model(model).meta if model is not None else None
     d = read_dump(dump)
     replay = Replay(d.source)
     rows, notes, evaluations = [], [], 0

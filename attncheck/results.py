@@ -1,7 +1,7 @@
 """What every checker returns: per-element comparisons that know their worst error, the bound there and the factor
 the bound would have needed (Polygraphy-style), gathered per evaluation × layer.
 
-Comparing lives here; reporting (tables, JSON, JUnit) lives in check/report.py and check/render.py.
+Comparing lives here; reporting (tables, JSON, JUnit) lives in report.py and present/render.py.
 """
 from __future__ import annotations
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Protocol
 
-from .arch import lookup
 from .arch.facts import LOG, MODEL, OPTION, AttentionFacts, Fact
-from .arch.gguf_header import Header, read_header
+from .arch.context import ModelContext, open_model
+from .arch.gguf_header import Header
 from .arch.header import facts_from_header, require_shape
 from .arch.log_header import LogHeader
 from .arch.vocab import token_text
 from .check.dumponly import DumpChecker
-from .check.report import Report
+from .report import Report
 from .dump.graph import Dump, Evaluation, read_dump
 from .errors import DumpError, printable
 from .results import FixedTolerance, SiteReport
@@ -26,15 +26,16 @@ from .results import FixedTolerance, SiteReport
 class Options:
     """What to check: kq_scale None means 1/sqrt(D_h) per site; layers/heads None mean all.
 
-    model: a GGUF file; every printed attention number is then also checked against its reference forward pass
-    (model/checker.py); tokens: the prompt's token ids, for logs that do not print them.
+    model: a GGUF file, or its context opened once for a command's dumps (arch/context.py); every printed attention
+    number is then also checked against its reference forward pass (model/checker.py); tokens: the prompt's token
+    ids, for logs that do not print them.
     """
 
     kq_scale: float | None = None
     layers: frozenset[int] | None = None
     heads: frozenset[int] | None = None
     fail_fast: bool = False
-    model: str | None = None
+    model: str | ModelContext | None = None
     tokens: tuple[int, ...] | None = None
     tolerance: FixedTolerance | None = None  # --atol/--rtol in place of the derived bounds of the dump-only checks
     jobs: int | None = None  # processes reading the dump (None: every core); results do not depend on it
@@ -93,7 +94,7 @@ def _fits(shape: tuple[int, list[int]], sites, source: str, header: Header) -> N
 
 
 class Observer(Protocol):
-    """What verify shows a collector (the HTML page's, check/page.py) besides the report."""
+    """What verify shows a collector (the HTML page's, present/page.py) besides the report."""
 
     def evaluation(self, ev: Evaluation, reference: Any) -> None:
         """Each evaluation once the checkers have seen it, while its nodes are still there; reference: the run's
@@ -140,14 +141,15 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
 
     progress(dump, evaluation) is called as the dump is read (dump.bytes_read says how far it is); observe (Observer)
     is shown each evaluation and each SiteReport. The dump-only checks read the dump in parts on every core
-    (Options.jobs; check/pool.py); with a model's reference forward pass, an observer or --fail-fast, evaluations are
+    (Options.jobs; dump/pool.py); with a model's reference forward pass, an observer or --fail-fast, evaluations are
     read one after another in this process.
     """
     opts = _options(options, kw)
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
     report = Report(source=dump.source, kq_scale=opts.kq_scale, tolerance=opts.tolerance, heads=opts.heads)
-    header = read_header(opts.model) if opts.model is not None else None
+    context = open_model(opts.model) if opts.model is not None else None
+    header, path = (context.header, context.path) if context is not None else (None, None)
     shape = require_shape(header.meta, header.path) if header is not None else None
     # per-head figures only for an observer (the HTML page): no report or JSON shows them, and they are half the
     # memory a SiteReport holds
@@ -155,15 +157,15 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
                           per_head=observe is not None)
     model = None
     if header is not None:
-        entry = lookup(header.arch)
+        entry = context.entry
         if entry is not None and entry.forward is not None:
             from .model.checker import ModelChecker  # imports gguf: only when a model is given
 
-            model = ModelChecker(opts.model, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens, header=header,
+            model = ModelChecker(path, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens, header=header,
                                  layers=opts.layers, heads=opts.heads, require_ids=opts.require_ids,
                                  deferred=observe is None)  # the HTML page draws each evaluation's reference
         else:
-            report.model = {"path": opts.model, "arch": header.arch, "forward": None,
+            report.model = {"path": path, "arch": header.arch, "forward": None,
                             "note": f"attncheck has no reference forward pass for {header.arch!r}: the printed numbers "
                                     "are checked from the dump alone, under the attention facts its header gives"}
     fits = (lambda infos: _fits(shape, infos, dump.source, header)) if shape is not None else None
@@ -172,7 +174,7 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     if header is not None and model is None:  # no reference: the printed embedding rows still tell whose dump it is
         from .model.identity import checker as identity_checker
 
-        identity = identity_checker(opts.model, header, dump.source, opts.tokens)
+        identity = identity_checker(path, header, dump.source, opts.tokens)
     if model is None and identity is None and observe is None and not opts.fail_fast:
         from_dump, read = _by_parts(dump, checker, opts.jobs, progress, fits, logs)
         from_model: list[SiteReport] = []
@@ -204,7 +206,8 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
 def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits,
               logs: Options | None = None) -> tuple[list[SiteReport], Read]:
     """The dump read in parts (in worker processes when jobs > 1), taken in by the checker in dump order."""
-    from .check.pool import Replay, gathered, jobs_default
+    from .check.gather import gather
+    from .dump.pool import Replay, gathered, jobs_default
 
     read = Read()
     replay = Replay(dump.source)
@@ -214,7 +217,8 @@ def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits
         if progress is not None:
             progress(dump, None)
 
-    for part in gathered(dump.stream, dump.source, checker.layers, jobs or jobs_default(), on_read=on_read):
+    for part in gathered(dump.stream, dump.source, checker.layers, jobs or jobs_default(), gather,
+                         on_read=on_read):
         for ev in replay.take(part):
             if logs is not None:
                 k = ev.run - replay.implicit

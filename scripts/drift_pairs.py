@@ -6,7 +6,7 @@ drift model is measured on (scripts/drift_calibrate.py) and confirmed on.
 
 Writes OUTDIR/<set>/<NAME>/<case>.old.txt and .new.txt, each the merged output (`2>&1`) of
 `llama-eval-callback -m MODEL -p PROMPT -t 2 --seed 1` plus the case's flags, with flash attention off in the
-syntax each binary takes (attncheck.run.flash_attn_off_args reads it from `--help`). A run whose output ends
+syntax each binary takes (attncheck.cli.llama.flash_attn_off_args reads it from `--help`). A run whose output ends
 before the last node (today's asynchronous logger loses its tail at exit) is made again, up to 5 times; the
 longest output is kept.
 
@@ -23,7 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from attncheck.run import flash_attn_off_args  # noqa: E402
+from attncheck.cli.llama import flash_attn_off_args  # noqa: E402
 
 CAT = "The cat sat on the mat because it was tired."
 VERIFY = "We verify every number in the attention head, and we like it."

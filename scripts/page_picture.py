@@ -6,7 +6,7 @@ Makes a failing copy of fixtures/gpt2-ubatch2.txt (one printed weight of layer 1
 query 1, slot 1, by +0.0100), writes its page with `attncheck check --model fixtures/models/gpt2-mini-q8_0.gguf
 --html`, opens it in headless Chromium (selenium, as tests/e2e/test_html.py does; `make browser` installs them),
 clicks the failing cell and saves the grids and the head view below them as a PNG. Run it after a change to the
-page (check/page.css, page.js, html.py) and commit the picture with the change.
+page (present/page.css, page.js, html.py) and commit the picture with the change.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import pytest
 import attncheck
 from attncheck.arch.gguf_header import read_header
 from attncheck.arch.log_header import parse_log_header
-from attncheck.run import command, flash_attn_syntax
+from attncheck.cli.llama import command, flash_attn_syntax
 from conftest import FIXTURES, attncheck as run
 
 OLD, NEW = FIXTURES / "old-llama-gqa-how-are-you.txt", FIXTURES / "llama-gqa-how-are-you.txt"

@@ -93,7 +93,7 @@ def test_a_missing_file_is_caught():
              "tests/test_weight_types" ".py")  # split: this file must not name them itself
     for ref in stale:
         assert looks_like_ours(ref) and not resolves(ref, src), ref
-    for ref in ("bounds.py", "check/pool.py", "attncheck/model/layer0.py", "drift/phi3-cat.old.txt", "../README.md"):
+    for ref in ("bounds.py", "dump/pool.py", "attncheck/model/layer0.py", "drift/phi3-cat.old.txt", "../README.md"):
         assert resolves(ref, DOCS / "check.md" if ref.startswith("..") else src), ref
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from conftest import FIXTURES, attncheck as run
 from dumpedit import DumpEdit
 
-from attncheck import progress
+from attncheck.cli import progress
 
 
 def test_fail_fast_stops_at_the_first_failing_site(tmp_path):

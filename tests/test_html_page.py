@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
-from attncheck.check.page import unpack
+from attncheck.present.page import unpack
 from conftest import FIXTURES, attncheck as run
 from dumpedit import DumpEdit
 from htmlcases import FAILING, GPT2, NASTY, NASTY_NODE, failing_copy, nasty_dump, nasty_model
@@ -119,7 +119,7 @@ def classes(cell: dict) -> set[str]:
     return set((cell.get("class") or "").split())
 
 
-PASSING = {"ok1", "ok2", "ok3"}  # need ≤ 0.5, ≤ 0.9, ≤ 1: one green, shaded (check/html.py)
+PASSING = {"ok1", "ok2", "ok3"}  # need ≤ 0.5, ≤ 0.9, ≤ 1: one green, shaded (present/html.py)
 
 
 @pytest.mark.parametrize("dump, model", [("gpt2-long.txt", None), ("gpt2-ubatch2.txt", GPT2),
@@ -149,7 +149,7 @@ def test_the_grid_colours_are_one_green_for_passing_and_red_for_failing():
     import re
     from importlib import resources
 
-    css = resources.files("attncheck.check").joinpath("page.css").read_text()
+    css = resources.files("attncheck.present").joinpath("page.css").read_text()
     rgb = {k: tuple(int(v[i:i + 2], 16) for i in (0, 2, 4))
            for k, v in re.findall(r"\.(ok\d) \{ background: #([0-9a-f]{6}); \}", css)}
     assert set(rgb) == PASSING
@@ -264,7 +264,7 @@ def test_diff_writes_the_nodes_along_the_graph_with_the_first_divergent_marked(t
 ])
 def test_facts_of_the_report_show_whatever_their_form(facts):
     """The report's `facts` entry (a dict or a list of facts, each a value and an origin) becomes rows as it is."""
-    from attncheck.check.html import fact_rows, table
+    from attncheck.present.html import fact_rows, table
 
     rows = fact_rows(facts)
     assert rows == [("kq_scale", "0.125", "GGUF attention.scale", "rows: 12"), ("sinks", "—", "none", "")]
@@ -293,11 +293,11 @@ def test_masked_slots_carry_their_reason(tmp_path):
 
 
 def test_a_window_masks_by_its_own_reason():
-    """No shipped dump has a sliding window; the reasons come from check/mask.py under the site's facts."""
+    """No shipped dump has a sliding window; the reasons come from sites/mask.py under the site's facts."""
     from types import SimpleNamespace
 
-    from attncheck.check.mask import Geometry
-    from attncheck.check.page import mask_codes
+    from attncheck.sites.mask import Geometry
+    from attncheck.present.page import mask_codes
 
     sr = SimpleNamespace(kq_scale=0.125, facts={"mask": "causal", "window": {"n_swa": 2, "kind": "standard"}})
     out = mask_codes(Geometry(4, 2, 256, True), sr, {"q": [0, 1], "s": [0, 1, 2, 253, 254, 255], "rP": None})

@@ -124,7 +124,7 @@ def test_one_layer_off_fails_under_the_scale_the_others_give(tmp_path):
 def test_nothing_checked_is_never_a_pass(tmp_path):
     """A run whose sites' weights no check could compare (only the finite values and the `sum =` lines were) exits
     3, not 0: hand-made, every site's positions unknown is the one real way and needs a long windowed run."""
-    from attncheck.check.report import Report
+    from attncheck.report import Report
     from attncheck.results import CheckResult, SiteReport
 
     site = SiteReport(evaluation=0, run=0, n_past=0, T=2, layer=0, H=1, H_kv=1, D_h=4, n_kv=2, kq_scale=0.5,

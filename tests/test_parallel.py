@@ -1,6 +1,6 @@
 """Reading a dump in parts, in one process or several, gives the same report as reading it whole: the parts are cut
 at evaluation starts (dump/parts.py) and their evaluations taken in dump order with the dump's own indices, runs
-and n_past (check/pool.py)."""
+and n_past (dump/pool.py)."""
 from __future__ import annotations
 
 import json

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 import attncheck
-from attncheck.check.render import render
+from attncheck.present.render import render
 from conftest import DUMPS, FIXTURES
 from conftest import attncheck as cli
 from formulas import PRINT, STEP, pv_bound, ratio_bound, softmax_bound

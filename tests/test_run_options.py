@@ -44,7 +44,8 @@ def test_run_takes_checks_options_anywhere_and_passes_the_rest_to_llama_cpp(orde
 
 
 def test_run_has_every_option_of_check():
-    from attncheck.cli.check import check, run as run_command
+    from attncheck.cli.check import check
+    from attncheck.cli.run import run as run_command
 
     def opts(command):
         return {o for p in command.params for o in getattr(p, "opts", ()) if o.startswith("-")}

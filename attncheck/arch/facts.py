@@ -10,7 +10,7 @@ causal rule, or every token of the sequence (encoders), narrowed by a sliding wi
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar, get_args
 
 import numpy as np
 
@@ -38,15 +38,23 @@ class Fact(Generic[T]):
         return {"value": v, "origin": self.origin, "detail": self.detail or None}
 
 
+# the rules a sliding window masks by (llama_hparams::is_masked_swa)
+WindowKind = Literal["standard", "symmetric", "chunked"]
+
+
 @dataclass(frozen=True)
 class Window:
     """A sliding window: n_swa and the rule that masks by it (standard: p_q − p_k >= n; symmetric: |p_q − p_k| >
     n/2; chunked: p_k before the query's chunk of n), on some layers."""
 
     n: int
-    kind: str = "standard"
+    kind: WindowKind = "standard"
     layers: frozenset[int] = frozenset()
     n_range: tuple[int, int] | None = None  # inferred: every n_swa in [a, b] fits the printed data alike
+
+    def __post_init__(self):
+        if self.kind not in get_args(WindowKind):
+            raise ValueError(f"window kind {self.kind!r}: not one of {', '.join(get_args(WindowKind))}")
 
     def masks(self, q_pos: np.ndarray, k_pos: np.ndarray) -> np.ndarray:
         """[t, j] True where the window masks slot position k_pos[j] for the query at q_pos[t]."""
@@ -55,8 +63,10 @@ class Window:
             return d >= self.n
         if self.kind == "symmetric":
             return np.abs(d) > self.n // 2
-        chunk_start = (q_pos // self.n) * self.n
-        return k_pos[None, :] < chunk_start[:, None]
+        if self.kind == "chunked":
+            chunk_start = (q_pos // self.n) * self.n
+            return k_pos[None, :] < chunk_start[:, None]
+        raise ValueError(f"window kind {self.kind!r}")
 
 
 def alibi_slopes(max_bias: float, n_head: int) -> np.ndarray:
@@ -126,3 +136,12 @@ class AttentionFacts:
             "recurrent_layers": self.recurrent.to_dict(),
             "notes": list(self.notes),
         }
+
+
+def scale_words(s) -> str:
+    """A kq_scale fact's value in words: 1/sqrt(D_h), one number, or one per D_h."""
+    if s is None:
+        return "1/sqrt(D_h)"
+    if isinstance(s, dict):
+        return ", ".join(f"{v:.6g} (D_h {d})" for d, v in s.items())
+    return f"{s:.6g}"

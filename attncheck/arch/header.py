@@ -36,7 +36,7 @@ def facts_from_header(meta: Mapping[str, Any], origin: str = MODEL,
         notes.append(f"architecture {arch!r} is not in attncheck's table: the SOFT_MAX scale, window, ALiBi and sinks "
                      "are left to the dump's hypotheses")
     else:
-        scale = _scale(a, key, head_dim, n_embd, n_head, n_layer, notes)
+        scale = _scale(a, key, head_dim, notes)
         if scale is not None:
             facts = facts.with_(kq_scale=Fact(scale[0], origin, f"{name}: {scale[1]}"))
         qs = q_scale(a, head_dim, n_embd, n_head, n_layer)
@@ -96,38 +96,63 @@ def _first(v: Any) -> int:
     return int(v or 0)
 
 
-def _scale(a, key, head_dim: int, n_embd: int, n_head: int, n_layer: int, notes: list[str]):
+def _f32(x: float) -> float:
+    """llama.cpp computes the scales in f32."""
+    return float(np.float32(x))
+
+
+def _head_dim_scale(key, head_dim: int, notes: list[str]):
+    return (_f32(1 / math.sqrt(head_dim)), f"1/sqrt(key_length {head_dim})") if head_dim else None
+
+
+def _attention_scale(key, head_dim: int, notes: list[str]):
+    s = float(key("attention.scale", 0.0) or 0.0)
+    return (_f32(s), "attention.scale") if s else (_f32(1 / math.sqrt(head_dim)), "1/sqrt(key_length)")
+
+
+def _rope_dim_scale(key, head_dim: int, notes: list[str]):
+    n_rot = int(key("rope.dimension_count", head_dim) or head_dim)
+    return _f32(1 / math.sqrt(n_rot)), f"1/sqrt(rope.dimension_count {n_rot})"
+
+
+def _mla_scale(key, head_dim: int, notes: list[str]):
+    k_mla = int(key("attention.key_length_mla", 0) or head_dim)
+    if str(key("rope.scaling.type", "none")) == "yarn" and float(key("rope.scaling.factor", 1.0) or 1.0) > 1:
+        notes.append("YaRN's mscale enters deepseek2's SOFT_MAX scale: left to the dump's hypotheses")
+        return None
+    return _f32(1 / math.sqrt(k_mla)), f"1/sqrt(key_length_mla {k_mla})"
+
+
+# Attention.scale's words (table.py's Scale) → (SOFT_MAX scale, how it was derived), or None when the header cannot
+# tell it
+SCALES = {
+    "head_dim": _head_dim_scale,
+    "attention.scale": _attention_scale,
+    "rope_dim": _rope_dim_scale,
+    "one": lambda key, head_dim, notes: (1.0, "no scaling"),
+    "q_prescaled": lambda key, head_dim, notes: (1.0, "q is pre-scaled before kq; SOFT_MAX's scale is 1"),
+    "mla": _mla_scale,
+}
+
+
+def _scale(a, key, head_dim: int, notes: list[str]):
     """(SOFT_MAX scale, how it was derived), None when the header cannot tell it."""
-    f32 = lambda x: float(np.float32(x))  # noqa: E731  (llama.cpp computes the scale in f32)
-    if a.scale == "head_dim":
-        return (f32(1 / math.sqrt(head_dim)), f"1/sqrt(key_length {head_dim})") if head_dim else None
-    if a.scale == "one":
-        return 1.0, "no scaling"
-    if a.scale == "q_prescaled":
-        return 1.0, "q is pre-scaled before kq; SOFT_MAX's scale is 1"
-    if a.scale == "attention.scale":
-        s = float(key("attention.scale", 0.0) or 0.0)
-        return (f32(s), "attention.scale") if s else (f32(1 / math.sqrt(head_dim)), "1/sqrt(key_length)")
-    if a.scale == "rope_dim":
-        n_rot = int(key("rope.dimension_count", head_dim) or head_dim)
-        return f32(1 / math.sqrt(n_rot)), f"1/sqrt(rope.dimension_count {n_rot})"
-    if a.scale == "mla":
-        k_mla = int(key("attention.key_length_mla", 0) or head_dim)
-        if str(key("rope.scaling.type", "none")) == "yarn" and float(key("rope.scaling.factor", 1.0) or 1.0) > 1:
-            notes.append("YaRN's mscale enters deepseek2's SOFT_MAX scale: left to the dump's hypotheses")
-            return None
-        return f32(1 / math.sqrt(k_mla)), f"1/sqrt(key_length_mla {k_mla})"
-    return None
+    return SCALES[a.scale](key, head_dim, notes)
+
+
+# Attention.q_scale's words (table.py's QScale) → the head size q is scaled by 1/sqrt of
+Q_SCALE_DIMS = {
+    "head_dim": lambda a, head_dim, n_embd, n_head, n_layer: head_dim,
+    "gemma_27b": lambda a, head_dim, n_embd, n_head, n_layer:
+        n_embd // n_head if n_layer == a.gemma_27b_layers and n_head else head_dim,
+}
 
 
 def q_scale(a, head_dim: int, n_embd: int, n_head: int, n_layer: int) -> float | None:
     """The factor a q_prescaled architecture scales q by before kq."""
-    if a.q_scale == "head_dim":
-        return float(np.float32(1 / math.sqrt(head_dim)))
-    if a.q_scale == "gemma_27b":
-        d = n_embd // n_head if n_layer == a.gemma_27b_layers and n_head else head_dim
-        return float(np.float32(1 / math.sqrt(d)))
-    return None
+    if a.q_scale is None:
+        return None
+    return _f32(1 / math.sqrt(Q_SCALE_DIMS[a.q_scale](a, head_dim, n_embd, n_head, n_layer)))
 
 
 def _window(a, key, n_layer: int, origin: str, name: str) -> Fact:
@@ -154,10 +179,18 @@ def _window(a, key, n_layer: int, origin: str, name: str) -> Fact:
 
 
 def _recurrent(a, key, n_layer: int) -> frozenset[int]:
-    """Layers without softmax attention (qwen35: attention.recurrent_layers, else full_attention_interval)."""
+    """Layers without softmax attention, by the rule of Attention.recurrent."""
+    return RECURRENT[a.recurrent](key, n_layer)
+
+
+def _qwen35_recurrent(key, n_layer: int) -> frozenset[int]:
+    """qwen35: attention.recurrent_layers, else every layer but each full_attention_interval-th."""
     arr = key("attention.recurrent_layers")
     if isinstance(arr, (list, tuple, np.ndarray)):
         return frozenset(i for i, on in enumerate(arr) if on)
     interval = int(key("full_attention_interval", 4) or 4)
     return frozenset(i for i in range(n_layer) if (i + 1) % interval != 0)
 
+
+# Attention.recurrent's words (table.py's Recurrent) → the layers without softmax attention
+RECURRENT = {"qwen35": _qwen35_recurrent}

@@ -3,11 +3,41 @@
 `Attention` says how llama.cpp's `load_arch_hparams` (src/models/<arch>.cpp) and graph builder turn the GGUF header
 into the attention facts of arch/facts.py; `Forward` says how the reference forward pass (model/reference.py)
 computes the family. An architecture without a Forward is run by llama.cpp but not recomputed by attncheck; one
-without an entry gets the generic rules (`GENERIC`), stated as such in the report.
+without an entry gets the generic rules (`GENERIC`), stated as such in the report. The switches are words of a
+Literal type, checked when the table is built: an unknown word is an error at import, never a silent default.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Literal, get_args, get_origin, get_type_hints
+
+from .facts import WindowKind
+
+# the switches' words: a value outside them is an error when the table is built (at import), never a silent default
+Norm = Literal["layer", "rms"]
+Positions = Literal["learned", "rope_norm", "rope_neox"]
+Ffn = Literal["gelu", "swiglu", "geglu", "swiglu_fused"]
+Scale = Literal["head_dim", "attention.scale", "rope_dim", "one", "q_prescaled", "mla"]
+QScale = Literal["head_dim", "gemma_27b"]
+Recurrent = Literal["qwen35"]
+
+
+def _literal(kind):
+    """The Literal a field's type is, or holds as Optional; None for a field of another type."""
+    if get_origin(kind) is Literal:
+        return kind
+    return next((a for a in get_args(kind) if get_origin(a) is Literal), None)
+
+
+def _checked(entry) -> None:
+    """Every Literal-typed field of a table entry holds one of its words (or None where the field is optional)."""
+    hints = get_type_hints(type(entry))
+    for f in fields(entry):
+        literal, value = _literal(hints[f.name]), getattr(entry, f.name)
+        if literal is None or value is None and type(None) in get_args(hints[f.name]):
+            continue
+        if value not in get_args(literal):
+            raise ValueError(f"{type(entry).__name__}.{f.name} = {value!r}: not one of {', '.join(get_args(literal))}")
 
 
 @dataclass(frozen=True)
@@ -17,10 +47,10 @@ class Forward:
     The attention itself (SOFT_MAX scale, q pre-scale, soft-cap, window) follows from `Attention` and the header.
     """
 
-    norm: str  # "layer": NORM (mean and variance), "rms": RMS_NORM
+    norm: Norm  # "layer": NORM (mean and variance), "rms": RMS_NORM
     norm_eps_key: str  # the GGUF key (after "<arch>.") holding the norm's epsilon
-    positions: str  # "learned": position_embd added to the embeddings; "rope_norm" / "rope_neox": ROPE mode 0 / NEOX
-    ffn: str  # "gelu": up, GELU, down; "swiglu" / "geglu": act(gate)·up, down; "swiglu_fused": ffn_up = [gate | up]
+    positions: Positions  # "learned": position_embd added to the embeddings; "rope_norm" / "rope_neox": ROPE 0 / NEOX
+    ffn: Ffn  # "gelu": up, GELU, down; "swiglu" / "geglu": act(gate)·up, down; "swiglu_fused": ffn_up = [gate | up]
     about: str = ""  # what the family's layer does, in a line
     qk_norm: bool = False  # q and k RMS-normed per head (attn_q_norm, attn_k_norm) before RoPE
     post_norms: bool = False  # attn_post_norm and ffn_post_norm on the branch outputs before the residual ADDs
@@ -31,6 +61,13 @@ class Forward:
     final_softcap_key: str | None = None  # the logits soft-capped by it (gemma2/3) ...
     final_softcap_default: float | None = None  # ... or by this when the key is absent (gemma2: 30)
     swa_rope_base: float | None = None  # RoPE base of windowed layers without rope.freq_base_swa (gemma3: 10000)
+
+    def __post_init__(self):
+        _checked(self)
+        if not self.about or not self.norm_eps_key:
+            raise ValueError("a Forward says what its layer does (about) and where its norm's epsilon is")
+        if self.final_softcap_default is not None and self.final_softcap_key is None:
+            raise ValueError("final_softcap_default without final_softcap_key")
 
 
 @dataclass(frozen=True)
@@ -44,19 +81,31 @@ class Attention:
     (gemma2: 46 layers; gemma3: 62), else head_dim.
     """
 
-    scale: str = "head_dim"
-    q_scale: str | None = None
+    scale: Scale = "head_dim"
+    q_scale: QScale | None = None
     softcap_default: float | None = None  # soft-capping always on, this cap when attn_logit_softcapping is absent
     alibi_max_bias: float | None = None  # fixed in the source (bloom: 8)
     alibi_key: bool = False  # attention.max_alibi_bias (mpt; absent → no ALiBi)
     sinks: bool = False  # blk.L.attn_sinks.weight, one logit per head
-    swa: str | None = None  # standard | symmetric | chunked: the kind of window the architecture uses
+    swa: WindowKind | None = None  # the kind of window the architecture uses
     swa_default: int | None = None  # n_swa when attention.sliding_window is absent (None: no window then)
     swa_pattern: int = 0  # the default pattern n (layer il windowed iff il % n < n - 1)
     swa_dense_first: bool = False  # pattern n: windowed iff il % n != 0
     causal: bool | None = None  # forced by the architecture (encoders); None: attention.causal, default true
-    recurrent: str | None = None  # which layers have no softmax attention: "qwen35" (full_attention_interval)
+    recurrent: Recurrent | None = None  # which layers have no softmax attention: "qwen35" (full_attention_interval)
     gemma_27b_layers: int = 0  # the 27B model's layer count, for q_scale gemma_27b
+
+    def __post_init__(self):
+        _checked(self)
+        if (self.scale == "q_prescaled") != (self.q_scale is not None):
+            raise ValueError(f"scale {self.scale!r} with q_scale {self.q_scale!r}: q is scaled before kq exactly when "
+                             "SOFT_MAX's scale is q_prescaled")
+        if (self.q_scale == "gemma_27b") != (self.gemma_27b_layers > 0):
+            raise ValueError("q_scale gemma_27b needs the 27B model's layer count (gemma_27b_layers), and only it")
+        if self.swa is None and (self.swa_default is not None or self.swa_pattern or self.swa_dense_first):
+            raise ValueError("a window's default, pattern or layout without a window kind (swa)")
+        if self.alibi_max_bias is not None and self.alibi_key:
+            raise ValueError("ALiBi's max_bias is fixed in the source or read from the header, not both")
 
 
 @dataclass(frozen=True)
@@ -65,6 +114,12 @@ class Arch:
     about: str
     attention: Attention = field(default_factory=Attention)
     forward: Forward | None = None  # None: attncheck has no reference forward pass for it
+
+    def __post_init__(self):
+        if not self.name or not self.about:
+            raise ValueError("an architecture has a name and says what it is (about)")
+        if not isinstance(self.attention, Attention) or not isinstance(self.forward, (Forward, type(None))):
+            raise ValueError(f"{self.name}: attention is an Attention, forward a Forward or None")
 
 
 GENERIC = Attention()  # an architecture the table does not know: llama-like attention from the generic keys

@@ -17,7 +17,7 @@ from .. import precision
 from ..results import (MAX_FAILURES, CheckResult, Failure, FixedTolerance, HeadFigures, Location, compare,
                        compare_value)
 from . import bounds
-from .heads import SiteView, Stack
+from ..sites.heads import SiteView, Stack
 
 
 class Elements(NamedTuple):

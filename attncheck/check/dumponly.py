@@ -16,7 +16,7 @@ from ..dump.graph import Evaluation
 from ..results import CheckResult, FixedTolerance, SiteReport
 from . import checks, steps
 from .gather import EvalData, Pending, gather
-from .heads import SiteView, Stack, Under, select_heads, stacks
+from ..sites.heads import SiteView, Stack, Under, select_heads, stacks
 from .fits import inferred_scale
 from .hypotheses import pin
 from .scoring import FIXED, Scored, site_facts

@@ -11,7 +11,7 @@ import numpy as np
 from .. import precision
 from ..arch.facts import DEFAULT, INFERRED, AttentionFacts, Fact, Window
 from . import checks
-from .heads import SiteView, Under, stacks
+from ..sites.heads import SiteView, Under, stacks
 from .scoring import Extra, Scored, site_facts
 
 

@@ -3,13 +3,14 @@ the printed steps between kq and SOFT_MAX, and the evaluation's layers. Small an
 process can gather evaluations while the parent pins facts and checks (verify.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..dump.graph import Evaluation, Site, SiteInfo
+from ..dump.attention import Site, SiteInfo
+from ..dump.graph import Evaluation
 from ..dump.sample import parse_sample
 from ..errors import DumpError
 from . import steps
-from .heads import SiteView, site_view
+from ..sites.heads import SiteView, site_view
 
 
 @dataclass
@@ -36,8 +37,18 @@ class EvalData:
     layer_kinds: dict[int, str] = field(default_factory=dict)
     other_softmax: tuple[str, ...] = ()  # SOFT_MAX nodes that are not attention, as "name (line N)"
     flash: int = 0  # FLASH_ATTN_EXT nodes
-    runs_before: int = 0  # run starts read before it in its part (check/pool.py)
+    runs_before: int = 0  # run starts read before it in its part (dump/pool.py)
     tokens: tuple[int, ...] | None = None
+
+    def placed(self, source: str) -> None:
+        """Its sites numbered as the evaluation, once dump/pool.py's Replay has placed it in the dump."""
+        if self.n_past is None and self.pending:
+            raise DumpError(source, self.pending[0].site.softmax.line,
+                            "cannot place this evaluation: an earlier one had no attention to count T")
+        for p in self.pending:
+            p.evaluation, p.run = self.index, self.run
+            if p.view.geometry.n_past != self.n_past:  # read in a part that did not start at the run's start
+                p.view = replace(p.view, geometry=replace(p.view.geometry, n_past=self.n_past))
 
 
 def gather(ev: Evaluation, source: str, layers: frozenset[int] | None = None) -> EvalData:

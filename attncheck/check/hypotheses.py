@@ -1,6 +1,6 @@
 """Facts a dump does not print, pinned per llama.cpp run by stated hypotheses tested against the printed rows.
 
-A hypothesis is a set of facts (check/mask.py's SiteFacts per site). Its score is how many printed rows (head ×
+A hypothesis is a set of facts (sites/mask.py's SiteFacts per site). Its score is how many printed rows (head ×
 query of every site of the run) it leaves failing or not checkable; a hypothesis is pinned for the whole run, never
 per row, so the rows it fails are failures. The defaults come first (llama.cpp's 1/sqrt(D_h), causal, no ALiBi,
 no window, no sinks) and win ties; another is pinned only when it fails strictly fewer rows:
@@ -22,9 +22,9 @@ import math
 
 import numpy as np
 
-from ..arch.facts import DEFAULT, INFERRED, STRUCTURE, AttentionFacts, Fact
+from ..arch.facts import DEFAULT, INFERRED, STRUCTURE, AttentionFacts, Fact, scale_words
 from .fits import FittedScale, alibi_candidates, fit_scale, fit_sinks, fit_window, inferred_scale, round_scale
-from .heads import SiteView
+from ..sites.heads import SiteView
 from .scoring import FIXED, Extra, Scored, default_scale, score
 
 def pin(views: list[SiteView], given: AttentionFacts) -> tuple[Scored, list[str]]:
@@ -115,15 +115,6 @@ def _better(views, best: Scored, candidate: tuple[AttentionFacts, Extra], tried:
     full = score(views, facts, extra)
     seen.append(full)
     return full if full.failing < best.failing else best
-
-
-def scale_words(s) -> str:
-    """A kq_scale fact's value in words: 1/sqrt(D_h), one number, or one per D_h."""
-    if s is None:
-        return "1/sqrt(D_h)"
-    if isinstance(s, dict):
-        return ", ".join(f"{v:.6g} (D_h {d})" for d, v in s.items())
-    return f"{s:.6g}"
 
 
 def describe(f: AttentionFacts) -> str:

@@ -9,8 +9,8 @@ import numpy as np
 
 from ..arch.facts import AttentionFacts, alibi_slopes
 from . import checks
-from .heads import SiteView, Stack, stacks
-from .mask import SiteFacts
+from ..sites.heads import SiteView, Stack, stacks
+from ..sites.mask import SiteFacts
 
 FIXED = ("option", "model", "log")
 

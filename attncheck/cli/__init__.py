@@ -9,13 +9,15 @@ import sys
 
 import click
 
-from ..check.report import EXIT_INPUT
-from .check import check, run
+from ..report import EXIT_INPUT
+from .check import check
 from .common import fail
+from .diff import diff_
+from .inspect import inspect_
 from .interrupt import Interrupted, catch_signals, ignore_signals
 from .listing import list_
+from .run import run
 from .streams import guard, settle
-from .others import diff_, inspect_
 
 
 class DefaultGroup(click.Group):

@@ -1,21 +1,21 @@
-"""`attncheck check` and `attncheck run`: dumps through verify, the report as tables, JSON, JUnit and a page. Both
-take the same options (check_options); run's own (-m, -p, --bin, --keep, ...) stand anywhere before `--`, and
-llama.cpp's after it."""
+"""`attncheck check`: dumps through verify, the report as tables, JSON, JUnit and a page. `attncheck run` (run.py)
+takes the same options (check_options) and shows its report alike."""
 from __future__ import annotations
 
-import difflib
-import os
 import sys
 
 import click
 
-from ..check.report import EXIT_FAIL, EXIT_INPUT, Report, multi_dict
+from ..report import EXIT_FAIL, EXIT_INPUT, Report, multi_dict
+from ..arch.context import opened
+from ..arch.table import ARCHS
 from ..errors import DumpError, ModelError, printable
 from ..inspect.walk import span
-from ..run import STALL
 from .common import (INDEX, SCALE, TOLERANCE, combine, console as make_console, fail, html_option, jobs_option,
-                     json_option, junit_option, output_target, to_stdout, written, tokens as parse_tokens, vocab, warn,
+                     json_option, junit_option, to_stdout, tokens as parse_tokens, vocab, warn,
                      write_html, write_json, write_junit)
+
+FORWARD = [name for name, a in ARCHS.items() if a.forward is not None]  # the architectures with a reference
 
 
 def check_options(f):
@@ -53,7 +53,7 @@ def _options(kq_scale, layers, heads, atol, rtol, jobs, fail_fast, model, tokens
 
 def _shown(report: Report, opts, console, quiet: bool, verbose: bool) -> None:
     """A report's usage errors (a --head or --layer the dump does not have: exit 2), its warnings, its tables."""
-    from ..check.render import render
+    from ..present.render import render
 
     absent = report.absent_heads()
     if absent:  # a head no layer has: a usage error, as inspect says it
@@ -82,11 +82,11 @@ def _written(reports: list[Report], inputs: list, left: list[str], pages: list, 
         one = len(inputs) + len(left) == 1 and reports  # one dump: its document; several (or none readable): all
         codes.append(write_json(reports[0].to_dict() if one else multi_dict(reports, inputs, left), json_out))
     if junit:
-        from ..check.junit import check_xml
+        from ..present.junit import check_xml
 
         codes.append(write_junit(check_xml(reports, inputs), junit))
     if html_out:
-        from ..check.html import check_page
+        from ..present.html import check_page
 
         codes.append(write_html(html_out, lambda: check_page(pages, vocab(model), errors)))
     return codes
@@ -95,17 +95,17 @@ def _written(reports: list[Report], inputs: list, left: list[str], pages: list, 
 @click.command()
 @click.argument("dumps", nargs=-1, metavar="[DUMP]...")
 @click.option("--model", metavar="GGUF", help="Also check every printed node against this model's reference "
-              "forward pass (gpt2, llama, qwen2, qwen3, gemma2, gemma3, phi3, granite, starcoder2, falcon); for "
-              "another architecture, its header's attention facts drive the dump-only checks.")
+              f"forward pass ({', '.join(FORWARD)}); for another architecture, its header's attention facts drive "
+              "the dump-only checks.")
 @check_options
 def check(dumps, model, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs, fail_fast, quiet, verbose, tokens,
           html_out):
     """Check every attention head in one or more dumps (default: stdin)."""
-    from ..check.page import PageData
-    from ..progress import evaluation_progress, wanted as progress_wanted
+    from ..present.page import PageData
+    from .progress import evaluation_progress, wanted as progress_wanted
     from ..verify import verify
 
-    opts = _options(kq_scale, layers, heads, atol, rtol, jobs, fail_fast, model, tokens)
+    opts = _options(kq_scale, layers, heads, atol, rtol, jobs, fail_fast, opened(model), tokens)  # opened once
     stdout_report = to_stdout(json_out, junit)
     console = make_console(stderr=stdout_report)
     if not dumps and sys.stdin.isatty():  # reading a terminal would wait for input that never comes
@@ -142,93 +142,5 @@ def check(dumps, model, kq_scale, layers, heads, json_out, junit, atol, rtol, jo
         console.print(printable(f"stopped early (--fail-fast): {len(left)} of {len(paths)} dumps not checked: "
                                 f"{', '.join(left)}"), style="bold red", highlight=False, soft_wrap=True, markup=False)
     codes = [code for _, code, _ in inputs]
-    codes += _written(reports, inputs, left, pages, errors, json_out, junit, html_out, model)
-    sys.exit(combine(codes))
-
-
-class RunCommand(click.Command):
-    """attncheck's options wherever they stand before `--`; everything after `--` goes to llama.cpp untouched. An
-    option attncheck does not know (a typo, or llama.cpp's before `--`) is a usage error that says so: it would
-    otherwise reach llama.cpp, or be taken for attncheck's."""
-
-    def collect_usage_pieces(self, ctx):
-        return [*super().collect_usage_pieces(ctx), "[-- LLAMA.CPP OPTIONS]"]
-
-    def parse_args(self, ctx, args):
-        args = list(args)
-        valued = {o for p in self.params if isinstance(p, click.Option) and not p.is_flag for o in p.opts}
-        cut, i = None, 0
-        while i < len(args):  # the first `--` that is not an option's value (`-p --` is a prompt)
-            if args[i] == "--":
-                cut = i
-                break
-            i += 2 if args[i] in valued else 1
-        ours, theirs = (args, []) if cut is None else (args[:cut], args[cut + 1:])
-        try:
-            rest = super().parse_args(ctx, list(ours))  # click consumes the list it is given
-        except click.NoSuchOption as e:  # click names `-ub` as `-u`: the argument as given
-            given = next((a.split("=", 1)[0] for a in ours if a.startswith("-") and a.startswith(e.option_name)),
-                         e.option_name)
-            mine = sorted({o for p in self.params for o in getattr(p, "opts", ()) if o.startswith("--")})
-            near = difflib.get_close_matches(given, mine, n=1, cutoff=0.7)
-            raise click.UsageError(f"no such option: {given}"
-                                   + (f" (did you mean {near[0]}?)" if near else "")
-                                   + "; llama.cpp's options go after `--` (attncheck run -m M -p P -- -ub 2)",
-                                   ctx) from None
-        except click.UsageError as e:
-            if "unexpected extra argument" in e.message:
-                raise click.UsageError(e.message.rstrip(".") + "; llama.cpp's arguments go after `--`", ctx) from None
-            raise
-        ctx.params["extra"] = tuple(theirs)
-        return rest
-
-
-@click.command(cls=RunCommand)
-@click.option("-m", "--model", "model", required=True, metavar="GGUF",
-              help="The GGUF model: llama-eval-callback runs it, and the printed numbers are checked against its "
-                   "reference forward pass.")
-@click.option("-p", "--prompt", required=True, help="The prompt.")
-@click.option("--bin", "binary", help="llama-eval-callback to run (default: $LLAMA_EVAL_CALLBACK, then PATH).")
-@click.option("--keep", metavar="FILE", callback=output_target, help="Also write the dump to FILE.")
-@click.option("--dump-only", is_flag=True, help="Check from the dump alone: do not recompute from -m's weights.")
-@click.option("--stall-timeout", "stall", type=TOLERANCE, default=STALL, show_default=True, metavar="SECONDS",
-              help="End llama.cpp when it prints nothing for this long (0: wait for ever).")
-@check_options
-def run(model, prompt, binary, keep, dump_only, stall, kq_scale, layers, heads, json_out, junit, atol, rtol, jobs,
-        fail_fast, quiet, verbose, tokens, html_out, extra=()):
-    """Run llama-eval-callback on a prompt and check its attention as it streams.
-
-    \b
-    attncheck run -m model.gguf -p "How are" [OPTIONS] [-- LLAMA.CPP OPTIONS]
-    attncheck run -m model.gguf -p "How are" --junit r.xml -v -- -ub 2 -ctk f32
-
-    attncheck's options (every option of `check`, and those below) stand anywhere before `--`; llama.cpp's go
-    after it, untouched. `--flash-attn off` is added unless you set flash attention. The printed numbers are
-    also checked against -m's reference forward pass (as check --model) unless --dump-only is given or the
-    architecture is not one attncheck computes (a warning says so).
-    """
-    from dataclasses import fields
-
-    from ..check.page import PageData
-    from ..run import BINARY, run_llama
-
-    if not os.path.isfile(model):  # before llama.cpp starts: it would wait on a FIFO for ever, read a folder as nothing
-        fail(f"-m {model}: {'no such file' if not os.path.exists(model) else 'not a regular file'}")
-        sys.exit(EXIT_INPUT)
-    stdout_report = to_stdout(json_out, junit)
-    opts = _options(kq_scale, layers, heads, atol, rtol, jobs, fail_fast, None, tokens)
-    page = PageData(BINARY, opts.heads, opts.layers) if html_out else None
-    try:
-        report = run_llama(model, prompt, extra, binary=binary, keep=keep, dump_only=dump_only, stall=stall,
-                           observe=page, **{f.name: getattr(opts, f.name) for f in fields(opts) if f.name != "model"})
-    except (DumpError, ModelError) as e:
-        fail(str(e))
-        sys.exit(EXIT_INPUT)
-    _shown(report, opts, make_console(stderr=stdout_report), quiet, verbose)
-    inputs = [(report.source, report.exit_code, None)]
-    codes = [report.exit_code]
-    codes += _written([report], inputs, [], [(report, page)] if page is not None else [], [], json_out, junit,
-                      html_out, model)
-    if keep:
-        written("--keep", keep, lambda: None)  # one line: the kept dump's path and size
+    codes += _written(reports, inputs, left, pages, errors, json_out, junit, html_out, opts.model)
     sys.exit(combine(codes))

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 import click
 from rich.console import Console
 
-from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
+from ..report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..arch.vocab import GLUE, Texts
 from ..errors import ModelError, printable
 
@@ -250,34 +250,35 @@ def junit_option():
 
 def write_html(target: str, build) -> int:
     """Build and write the page; EXIT_INPUT with one line when it cannot be written, else EXIT_PASS."""
-    from ..check.html import write_page
+    from ..present.html import write_page
 
     return written("--html", target, lambda: write_page(target, build()))
 
 
-def vocab(model: str | None) -> Sequence[str] | None:
+def vocab(model) -> Sequence[str] | None:
     """The model's token texts for the page's axes, as text (a space, not GPT-2's "Ġ"; arch/vocab.py); None without
-    a model or a vocabulary."""
+    a model or a vocabulary. model: a path, or the context the command opened (arch/context.py)."""
     if model is None:
         return None
-    from ..arch.gguf_header import read_header
+    from ..arch.context import open_model
 
     try:
-        meta = read_header(model).meta
+        meta = open_model(model).meta
     except ModelError:
         return None
     tokens = meta.get("tokenizer.ggml.tokens")  # a lazily decoded list (gguf_header.Strings)
     return None if tokens is None or isinstance(tokens, int) else Texts(tokens, meta.get("tokenizer.ggml.model"))
 
 
-def model_meta(model: str | None) -> dict | None:
-    """A --model's header metadata (its vocabulary); a file that is not a GGUF is a usage error (exit 2)."""
+def model_context(model: str | None):
+    """A --model opened once for the command (its header: the vocabulary, the facts); a file that is not a GGUF is a
+    usage error (exit 2)."""
     if model is None:
         return None
-    from ..arch.gguf_header import read_header
+    from ..arch.context import open_model
 
     try:
-        return read_header(model).meta
+        return open_model(model)
     except ModelError as e:
         fail(str(e))
         sys.exit(EXIT_INPUT)

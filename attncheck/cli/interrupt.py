@@ -1,5 +1,5 @@
 """Ctrl-C and SIGTERM in every command: one line, exit 128 + the signal (130, 143), never a traceback. Worker
-processes are ended at once (they ignore SIGINT themselves: check/pool.py), not after their current task."""
+processes are ended at once (they ignore SIGINT themselves: dump/pool.py), not after their current task."""
 from __future__ import annotations
 
 import multiprocessing
@@ -23,7 +23,7 @@ class Interrupted(BaseException):
 
 
 def _on_signal(signum, _frame) -> None:
-    for worker in multiprocessing.active_children():  # the pools' workers; `run` ends llama.cpp itself (run.py)
+    for worker in multiprocessing.active_children():  # the pools' workers; `run` ends llama.cpp itself (cli/llama.py)
         worker.terminate()
     raise Interrupted(signum)
 

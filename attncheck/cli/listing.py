@@ -5,10 +5,10 @@ import sys
 
 import click
 
-from ..check.columns import NEVER, Col, dropped, extent, fit
-from ..check.report import EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
+from ..present.columns import NEVER, Col, dropped, extent, fit
+from ..report import EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..errors import DumpError, markup
-from .common import combine, console as make_console, fail, jobs_option, json_option, model_meta, warn, write_json
+from .common import combine, console as make_console, fail, jobs_option, json_option, model_context, warn, write_json
 
 COLUMNS = (Col("eval", keep=NEVER), Col("run", keep=2), Col("n_past", keep=3), Col("T", keep=4), Col("nodes", keep=1),
            Col("layer", keep=NEVER), Col("attention", "left", keep=NEVER), Col("nodes (line)", "left", keep=7),
@@ -95,7 +95,7 @@ def list_(dumps, json_out, model, verbose, jobs):
 
     from ..listing import list_dump
 
-    model_meta(model)  # a file that is not a GGUF: one line, exit 2, before any dump is read
+    model = model_context(model)  # opened once; a file that is not a GGUF: one line, exit 2, before any dump
     console = make_console(stderr=json_out == "-")
     docs, codes = [], []
     for path in dumps or ("-",):

@@ -9,7 +9,7 @@ import io
 import os
 import sys
 
-from ..check.report import EXIT_FAIL, EXIT_INPUT
+from ..report import EXIT_FAIL, EXIT_INPUT
 
 
 class _Closed(io.TextIOBase):

@@ -14,7 +14,7 @@ def diff(old: str, new: str, *, exact: bool = False, prefix: bool = False, model
     regression, 2 an unusable pair, as `.error` says). exact: print precision (two runs of one build); atol/rtol
     or nmse in place of the drift model; model: each side checked against the GGUF's reference too; prefix: NEW's
     prompt extends OLD's."""
-    from ..check.pool import jobs_default
+    from ..dump.pool import jobs_default
     from .compare import diff as compare
     from .drift import weight_types_of
 

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..dump.records import Node
+from ..dump.records import Node, ne_text
 from ..dump.roles import STORES, Role, Roles
 from ..dump.sample import Sample
 
@@ -78,8 +78,8 @@ def _kv_permutation(a: Node, b: Node, ga: Geometry, gb: Geometry, base: str) -> 
     la, lb = (ga.k_lengths, gb.k_lengths) if base == "k_view" else (ga.v_lengths, gb.v_lengths)
     xa, xb = kv_axes(a.ne, la), kv_axes(b.ne, lb)
     if xa is None or xb is None:
-        return (f"layouts differ: ne {_ne(a.ne)} vs {_ne(b.ne)} hold the cache in different orders, and the lengths "
-                "of slot, dim and KV head do not tell its axes apart: not comparable")
+        return (f"layouts differ: ne {ne_text(a.ne)} vs {ne_text(b.ne)} hold the cache in different orders, and the "
+                "lengths of slot, dim and KV head do not tell its axes apart: not comparable")
     ones = [j for j in range(4) if not xb[j]]
     return [xb.index(x) if x else ones.pop(0) for x in xa], xa
 
@@ -194,7 +194,7 @@ def align(sa: Sample, sb: Sample, role: Role, ga: Geometry, gb: Geometry) -> Ali
         kb, axes = kb[:, perm[0]], perm[1]
     elif how == "index" and a.ne != b.ne and not _layout_matches(a, b, ga, gb):
         if np.prod(a.ne) != np.prod(b.ne):
-            return f"layouts differ: ne {_ne(a.ne)} vs {_ne(b.ne)}"
+            return f"layouts differ: ne {ne_text(a.ne)} vs {ne_text(b.ne)}"
         ka, kb, how, axes = _flat(ka, a.ne), _flat(kb, b.ne), "flat", ("flat", "", "", "")
     if how == "index":
         axes = tuple(name if max(a.ne[j], b.ne[j]) > 1 else "" for j, name in enumerate((*axes, *_GENERIC[len(axes):])))
@@ -212,10 +212,6 @@ def key_view(keys: np.ndarray) -> np.ndarray:
     """keys [N, 4] as N opaque rows, so that np.intersect1d matches whole coordinates."""
     k = np.ascontiguousarray(keys, dtype=np.int64)
     return k.view(np.dtype((np.void, k.dtype.itemsize * k.shape[1]))).ravel()
-
-
-def _ne(ne) -> str:
-    return "{" + ", ".join(map(str, ne)) + "}"
 
 
 def causal(al: Aligned, role: Role, node: Node, g: Geometry, T_short: int) -> np.ndarray | str:

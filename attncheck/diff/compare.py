@@ -2,7 +2,8 @@
 printed in both (measure.py) under a tolerance (nodes.py: the drift of correct builds by default, drift.py; for
 softmax weights, their scores' drift through the softmax, softmax.py; for kqv and kqv_out, the drift of V and of the
 scores through the weighted mean, mean.py), and the first node where the builds diverge;
-and each dump checked as `attncheck check` checks it (sides.py). Result objects only; render.py prints them.
+and each dump checked as `attncheck check` checks it (sides.py). The work on each pair of evaluations is pair.py's,
+run here or in worker processes (pool.py); the result is report.py's DiffReport, which render.py prints.
 
 The verdict: a NEW that check fails is a regression whatever the drift; so is a node beyond the tolerance (less
 those in a layer where --model shows OLD off the reference and NEW on it); else the builds drift within it.
@@ -10,146 +11,21 @@ those in a layer where --model shows OLD off the reference and NEW on it); else 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import BinaryIO
 
-from .align import Aligned, align, causal, geometry
-from ..errors import DumpError
+from ..dump.records import ne_text
 from ..dump.graph import Dump, Evaluation, read_dump
-from ..dump.records import Node
-from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 from ..dump.roles import assign
 from ..model.identity import same_model
-from ..dump.sample import parse_sample
-from .drift import DriftModel, Unit, cache_types, elementwise, roundings
-from .measure import measure, store_scales, sum_diff
-from .nodes import (ATOL, DRIFT_ORIGIN, EXACT, NMSE_MAX, NMSE_OTHER, NOT_COMPUTING, RTOL, NodeDiff, NodeRef, SumDiff,
+from .drift import DriftModel, Unit, cache_types
+from .report import DiffReport
+from .nodes import (ATOL, DRIFT_ORIGIN, EXACT, NMSE_MAX, NMSE_OTHER, RTOL, NodeDiff, NodeRef, SumDiff,
                     Tolerance, Unmatched)
 from . import basis, mean
-from .mean import ROW_ROLES, weighted_mean
-from .softmax import NO_SCORES, SCORE_ROLES, pending
 
 __all__ = ["ATOL", "DRIFT_ORIGIN", "EXACT", "NMSE_MAX", "NMSE_OTHER", "RTOL", "DiffReport", "NodeDiff", "NodeRef",
            "SumDiff", "Tolerance", "Unmatched", "diff"]
-
-
-@dataclass
-class DiffReport:
-    old: str
-    new: str
-    prefix: bool
-    tolerance: Tolerance
-    nodes: list[NodeDiff] = field(default_factory=list)  # matched, in OLD's graph order
-    only: list[Unmatched] = field(default_factory=list)
-    tokens: list[tuple[tuple[int, ...] | None, tuple[int, ...] | None]] = field(default_factory=list)  # per run
-    prompt: str = ""  # how the prompts compare: same | prefix | unknown
-    prompt_note: str = ""
-    evaluations: int = 0
-    error: str = ""  # unusable pair (different models or prompts): exit 2
-    warnings: list[str] = field(default_factory=list)
-    model: DriftModel | None = None  # the drift model used (default tolerance)
-    reference: object | None = None  # diff --model: reference.ReferenceDiff, per layer which side leaves the model
-    sides: tuple | None = None  # (OLD, NEW) sides.Side: each dump checked as `check` (--model: `check --model`)
-    paths: tuple[str, str] | None = None  # the files read, where they are not old and new (stdin spooled to a file)
-
-    def to_dict(self) -> dict:
-        """The JSON of `attncheck diff --json` (schema 1, kind diff)."""
-        from .render import diff_dict
-
-        return diff_dict(self)
-
-    def path(self, side: str) -> str:
-        """The file of side 'old' or 'new', to read again for its check."""
-        return self.paths[side == "new"] if self.paths else getattr(self, side)
-
-    @property
-    def old_side(self):
-        return self.sides[0] if self.sides else None
-
-    @property
-    def new_side(self):
-        return self.sides[1] if self.sides else None
-
-    @property
-    def compared(self) -> list[NodeDiff]:
-        return [n for n in self.nodes if not n.skipped]
-
-    @property
-    def diverged(self) -> list[NodeDiff]:
-        """Nodes beyond the tolerance, less those in a layer where --model shows OLD off the reference and NEW on
-        it (an upgrade that fixed what the old build got wrong)."""
-        return [n for n in self.nodes if self._counts(n)]
-
-    def _counts(self, n: NodeDiff) -> bool:
-        ref = self.reference
-        return n.diverged and (ref is None or not ref.fixed(n.evaluation, n.role.layer))  # type: ignore
-
-    @property
-    def first_divergent(self) -> NodeDiff | None:
-        return next((n for n in self.nodes if self._counts(n)), None)
-
-    @property
-    def first_computed(self) -> NodeDiff | None:
-        """The first divergent node that computes (not a view or a cache write of values computed before)."""
-        return next((n for n in self.nodes if self._counts(n) and n.new.op not in NOT_COMPUTING), None)
-
-    @property
-    def exit_code(self) -> int:
-        """2: unusable pair, or a NEW that check cannot read; 1: a regression; 0: drift; 3: nothing compared."""
-        if self.error or (self.new_side is not None and self.new_side.error):
-            return EXIT_INPUT
-        if self.regression:
-            return EXIT_FAIL
-        return EXIT_PASS if self.compared else EXIT_UNVERIFIED
-
-    @property
-    def regression(self) -> str:
-        """'check' when check fails NEW, else 'drift' when a node is beyond the tolerance, else ''."""
-        if self.new_side is not None and self.new_side.failed:
-            return "check"
-        return "drift" if self.diverged else ""
-
-    @property
-    def identical(self) -> bool:
-        """Every node of both dumps matched, and every printed element and sum the same."""
-        return (bool(self.compared) and not self.only and not self.diverged
-                and all(n.max_abs == 0 and (n.sum is None or n.sum.diff == 0) for n in self.compared))
-
-    @property
-    def verdict(self) -> str:
-        return {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_INPUT: "error", EXIT_UNVERIFIED: "unverified"}[self.exit_code]
-
-    @property
-    def outcome(self) -> str:
-        """The verdict in diff's words: identical | drift (pass) | regression (fail) | error | unverified."""
-        code = self.exit_code
-        if code == EXIT_PASS:
-            return "identical" if self.identical else "drift"
-        return {EXIT_FAIL: "regression", EXIT_INPUT: "error", EXIT_UNVERIFIED: "unverified"}[code]
-
-    def groups(self) -> dict[tuple[int, str], list[NodeDiff]]:
-        """Matched nodes per evaluation × layer (input and output are groups of their own), in graph order."""
-        out: dict[tuple[int, str], list[NodeDiff]] = {}
-        for n in self.nodes:
-            out.setdefault((n.evaluation, n.role.group), []).append(n)
-        return out
-
-    def totals(self) -> dict[str, int]:
-        g = self.groups().values()
-        return {
-            "evaluations": self.evaluations,
-            "matched": len(self.nodes),
-            "compared": len(self.compared),
-            "diverged": len(self.diverged),
-            "skipped": len(self.nodes) - len(self.compared),
-            "elements_compared": sum(n.compared for n in self.nodes),
-            "only_old": sum(u.side == "old" for u in self.only),
-            "only_new": sum(u.side == "new" for u in self.only),
-            "tests": len(g),
-            "tests_failed": sum(any(self._counts(n) for n in ns) for ns in g),
-            "tests_skipped": sum(all(n.skipped for n in ns) for ns in g),
-        }
 
 
 def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool = False,
@@ -238,7 +114,7 @@ def _same_inputs(rep: DiffReport, ea: Evaluation, eb: Evaluation) -> str:
     bad = [k for k in sorted(wa.keys() & wb.keys()) if wa[k] != wb[k]]
     if bad:
         k = bad[0]
-        return (f"different models: weight '{k}' is {_ne(wa[k])} in OLD and {_ne(wb[k])} in NEW"
+        return (f"different models: weight '{k}' is {ne_text(wa[k])} in OLD and {ne_text(wb[k])} in NEW"
                 f"{f' ({len(bad) - 1} more weights differ)' if len(bad) > 1 else ''}")
     if wa and wb and not wa.keys() & wb.keys():
         return "different models: the two dumps have no weight in common"
@@ -265,126 +141,3 @@ def _same_inputs(rep: DiffReport, ea: Evaluation, eb: Evaluation) -> str:
     if ea.n_past != eb.n_past:
         return f"the evaluations do not line up: evaluation {ea.index} starts at n_past {ea.n_past} in OLD, {eb.n_past} in NEW"
     return ""
-
-
-def _diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str, src_b: str) -> None:
-    ra, rb = assign(ea), assign(eb)
-    ka, kb = (roundings(ea), roundings(eb)) if rep.model is not None else ({}, {})
-    by_key = {rb.role(n).key: n for n in eb.nodes}
-    matched: set[int] = set()
-    partner: dict[int, Node] = {}  # id(OLD node) -> the NEW node it was matched with
-    floors = store_scales(ea, ra, src_a) if rep.model is not None else {}
-    sites = mean.Sites()  # per layer, the drift of the scores and V rows a weighted mean averages through
-    T_short = min(t for t in (ea.T, eb.T) if t is not None) if (ea.T or eb.T) is not None else None
-    geometries: dict = {}
-    scores: dict[int, tuple[NodeDiff, Aligned]] = {}  # id(OLD node) → its diff and elements, of what SOFT_MAX reads
-    output = _output_pairs(ra.output, rb.output)
-    for a in ea.nodes:
-        role = ra.role(a)
-        moved = basis.partner_key(role, ra, rb)  # the builds hold it in different bases (basis.py)
-        b = output[id(a)] if id(a) in output else by_key.get(moved if isinstance(moved, tuple) else role.key)
-        if b is not None and role.kind == "other" and ((a.op, a.ne) != (b.op, b.ne)
-                                                       or not _same_reads(a, b, partner)):
-            # a catch-all role is matched by position only: not across nodes of another op or shape, nor when they
-            # read other nodes (a damaged or cut dump moves its catch-alls: the output norm into the last layer)
-            b = None
-        if b is not None and a.op != b.op and a.op not in NOT_COMPUTING and b.op not in NOT_COMPUTING:
-            b = None  # another computation in the same place (a dump cut before a bias ADD): not comparable
-        if b is None or id(b) in matched:
-            rep.only.append(Unmatched(ea.index, ea.run, "old", role, a.ref))
-            continue
-        matched.add(id(b))
-        partner[id(a)] = b
-        nd = NodeDiff(ea.index, ea.run, role, a.ref, b.ref, n_past=ea.n_past or 0)
-        if isinstance(moved, str):
-            nd.skipped = moved
-            rep.nodes.append(nd)
-            continue
-        if rep.model is not None:
-            nd.roundings = max(ka.get(id(a), 0), kb.get(id(b), 0))
-            nd.allowed = rep.model.rho(nd.roundings, role.name)
-        al = _diff_node(nd, rep, (a, ra, ea, src_a), (b, rb, eb, src_b), T_short,
-                        floors.get((role.layer, role.name), 0.0), geometries)
-        if rep.model is not None and al is not None:
-            if role.name in SCORE_ROLES:
-                scores[id(a)] = (nd, al)
-            elif elementwise(role.name):
-                s = a.inputs[0]
-                both = s is not None and id(s) in scores and partner.get(id(s)) is b.inputs[0]
-                nd.pending = pending(al, scores[id(s)][1], scores[id(s)][0], rep.tolerance) if both else None
-                nd.note = "" if nd.pending is not None else NO_SCORES
-                if both:
-                    sites.scores(scores[id(s)][0], scores[id(s)][1], b.ne[0], rep.tolerance)
-            elif role.name in ROW_ROLES:
-                sites.rows(nd, al, rep.tolerance)
-            elif weighted_mean(role.name):
-                nd.pending = sites.pending(role.layer, al, floors.get((role.layer, "v_store")))
-                nd.note = "" if nd.pending is not None else mean.NO_SCORES
-        rep.nodes.append(nd)
-    rep.only += [Unmatched(eb.index, eb.run, "new", rb.role(n), n.ref) for n in eb.nodes if id(n) not in matched]
-
-
-def _output_pairs(a: tuple[Node, ...], b: tuple[Node, ...]) -> dict[int, Node | None]:
-    """id(OLD node) → its NEW partner among the output's nodes, when one dump prints fewer of them (llama.cpp's
-    logger lost the tail before the logits): the nodes at the same place after the projection compute the same, and
-    OLD's nodes beyond NEW's last have no partner. Roles name the output's nodes back from its last, which would
-    pair the logits with what the shorter dump printed last. Empty when both print as many."""
-    if len(a) == len(b) or not a or not b:
-        return {}
-    return {id(x): (b[k] if k < len(b) else None) for k, x in enumerate(a)}
-
-
-def _same_reads(a: Node, b: Node, partner: dict[int, Node]) -> bool:
-    """a and b read the same things: each printed source of a was matched with b's source in its place, and an
-    unprinted source (a weight) is unprinted on both sides."""
-    return all((x is None and y is None) or (x is not None and partner.get(id(x)) is y)
-               for x, y in zip(a.inputs, b.inputs))
-
-
-def _diff_node(nd: NodeDiff, rep: DiffReport, side_a: tuple, side_b: tuple, T_short: int | None,
-               scale_floor: float = 0.0, geometries: dict | None = None) -> Aligned | None:
-    """Measure one node pair (or say why it is skipped); the elements compared, None when skipped."""
-    (a, ra, _, src_a), (b, rb, _, src_b) = side_a, side_b
-    role, tol = nd.role, rep.tolerance
-    if rep.prefix and (id(a) in ra.after_out_ids or id(b) in rb.after_out_ids):
-        nd.skipped = "rows re-selected by out_ids: not fixed by causality"
-        return None
-    if a.quantized or b.quantized:
-        nd.skipped = f"{a.type if a.quantized else b.type}: quantized tensors print no values"
-        return None
-    try:
-        sa, sb = parse_sample(a, src_a), parse_sample(b, src_b)
-    except DumpError as e:
-        nd.skipped = f"not readable: {e}"
-        return None
-    ga, gb = _geometries(geometries if geometries is not None else {}, role.layer, side_a, side_b)
-    al = align(sa, sb, role, ga, gb)
-    if isinstance(al, str):
-        nd.skipped = al
-        return None
-    nd.how = al.how
-    if rep.prefix and T_short is not None:
-        keep = causal(al, role, b, gb, T_short)
-        if isinstance(keep, str):
-            nd.skipped = keep
-            return None
-        if not keep.any():
-            nd.skipped = "no printed element is fixed by causality"
-            return None
-        al = Aligned(al.how, al.keys[keep], al.old[keep], al.new[keep], al.axes)
-    measure(nd, al, tol, scale_floor)
-    if a.ne == b.ne and not rep.prefix:  # a sum covers elements causality may not fix
-        nd.sum = sum_diff(sa, sb, tol, nd.allowed * nd.scale)  # softmax: drift.py's allowance, each row sums to 1
-    return al
-
-
-def _geometries(memo: dict, layer: int | None, side_a: tuple, side_b: tuple) -> tuple:
-    """Both sides' geometry of a layer, computed once per evaluation (a layer's nodes share it) and kept in memo."""
-    if layer not in memo:
-        (_, ra, ea, _), (_, rb, eb, _) = side_a, side_b
-        memo[layer] = geometry(ra, layer, ea.T, ea.n_past), geometry(rb, layer, eb.T, eb.n_past)
-    return memo[layer]
-
-
-def _ne(ne) -> str:
-    return "{" + ", ".join(map(str, ne)) + "}"

@@ -159,13 +159,13 @@ def cache_types(ev: Evaluation, roles: Roles) -> set[str]:
     return {r[v].type for r in roles.layers for v in ("k_view", "v_view") if v in r}
 
 
-def weight_types_of(model: str) -> tuple[tuple[str, ...], str]:
+def weight_types_of(model) -> tuple[tuple[str, ...], str]:
     """The ggml types of a model's matrices (what its MUL_MATs convert activations for), from its GGUF header, and
-    where they were read."""
+    where they were read. model: a path, or the context the command opened (arch/context.py)."""
     from gguf import GGMLQuantizationType
 
-    from ..arch.gguf_header import read_header
+    from ..arch.context import open_model
 
-    h = read_header(model)
-    types = {GGMLQuantizationType(t.type).name.lower() for t in h.tensors.values() if len(t.ne) >= 2}
-    return tuple(sorted(types)), f"--model {model}"
+    c = open_model(model)
+    types = {GGMLQuantizationType(t.type).name.lower() for t in c.header.tensors.values() if len(t.ne) >= 2}
+    return tuple(sorted(types)), f"--model {c.path}"

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from ..check.html import bucket, document, esc, lines
-from .compare import DiffReport, NodeDiff
+from ..present.html import bucket, document, esc, lines
+from .report import DiffReport, NodeDiff
 from .render import LIST_LIMIT, divergence_line, prompt_line, tolerance_line, verdict
 
 BAR = 160  # px for |Δ|/tolerance from 1e-3 to 1e3, on a log scale

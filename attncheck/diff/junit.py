@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..check.junit import add_case, add_suite, finish_tree
-from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
-from .compare import DiffReport
+from ..present.junit import add_case, add_suite, finish_tree
+from ..report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
+from .report import DiffReport
 from .render import divergence_line
 
 

@@ -2,7 +2,7 @@
 
 The parent reads both dumps and decides, pair by pair and in order, what only it can: whether the two evaluations
 line up (same model, prompt, n_past), the drift model from the first pair. What it hands a worker is a pure
-function of the pair and those settings (compare.py's _diff_evaluation), so nothing in the report depends on -j.
+function of the pair and those settings (pair.py's diff_evaluation), so nothing in the report depends on -j.
 """
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pickle
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 
-from ..check.pool import end_pool, worker_pool
+from ..dump.pool import end_pool, worker_pool
 from ..dump.graph import Evaluation
-from .compare import DiffReport, _diff_evaluation
+from .pair import diff_evaluation
+from .report import DiffReport
 from .nodes import NodeDiff, Unmatched
 
 
@@ -21,7 +22,7 @@ def _diff_pair(pair: bytes, settings: tuple) -> tuple[list[NodeDiff], list[Unmat
     src_a, src_b, prefix, tolerance, model = settings
     ea, eb = pickle.loads(pair)
     scratch = DiffReport(src_a, src_b, prefix, tolerance, model=model)
-    _diff_evaluation(scratch, ea, eb, src_a, src_b)
+    diff_evaluation(scratch, ea, eb, src_a, src_b)
     return scratch.nodes, scratch.only
 
 
@@ -51,7 +52,7 @@ class Pairs:
     def diff(self, ea: Evaluation, eb: Evaluation) -> None:
         rep = self.rep
         if self.pool is None:
-            _diff_evaluation(rep, ea, eb, rep.old, rep.new)
+            diff_evaluation(rep, ea, eb, rep.old, rep.new)
             return
         pair = pickle.dumps((ea, eb), pickle.HIGHEST_PROTOCOL)  # now: the caller drops the nodes after this call
         settings = (rep.old, rep.new, rep.prefix, rep.tolerance, rep.model)

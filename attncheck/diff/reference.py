@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..arch.context import model_path, opened
 from ..results import CheckResult, describe
 from ..verify import Options
-from .compare import DiffReport
+from .report import DiffReport
 from .sides import Side, check_side
 
 OTHER_DUMP = "other dump"
@@ -128,8 +129,10 @@ def reference_lines(ref: ReferenceDiff) -> list[str]:
     return lines
 
 
-def check_sides(rep: DiffReport, model: str, jobs: int = 1) -> ReferenceDiff:
-    """Check both dumps with the model (`check --model`), and compare which layers each leaves the reference in."""
+def check_sides(rep: DiffReport, model, jobs: int = 1) -> ReferenceDiff:
+    """Check both dumps with the model (`check --model`; a path, or its context opened once for both), and compare
+    which layers each leaves the reference in."""
+    model = opened(model)
     given = _shared_tokens(rep)
     sides = []
     for name, side_of, tokens in (("OLD", "old", given[0]), ("NEW", "new", given[1])):
@@ -139,7 +142,7 @@ def check_sides(rep: DiffReport, model: str, jobs: int = 1) -> ReferenceDiff:
             side.tokens_from = [OTHER_DUMP if tokens is not None else r.get("tokens_from", "log")
                                 for r in side.report.model.get("runs", [])]
         sides.append(side)
-    out = ReferenceDiff(model, *sides)
+    out = ReferenceDiff(model_path(model), *sides)
     if out.old.error or out.new.error:
         return out
     m = out.new.report.model or {}

@@ -6,14 +6,13 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from .compare import NMSE_MAX, NMSE_OTHER, DiffReport, NodeDiff
+from .report import NMSE_MAX, NMSE_OTHER, DiffReport, NodeDiff
 from ..errors import markup as escape, printable
-from ..check.columns import NEVER, Col, fit
+from ..present.columns import NEVER, Col, fit
 from .drift import MEAN_FACTOR, MEAN_ROLES, SOFTMAX_FACTOR
 from .mean import WEIGHTED_MEANS, weighted_mean
-from .render_drift import drift_table, per_layer
-from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED, SCHEMA
-from ..results import json_number
+from .render_drift import drift_table
+from ..report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED
 
 FACTOR_ONLY = tuple(r for r in MEAN_ROLES if not weighted_mean(r))  # means whose scores are never printed
 LIST_LIMIT = 20  # one-dump-only nodes and divergences listed without --verbose
@@ -57,15 +56,6 @@ def _at(place: dict[str, int] | None, n_past: int | None = None) -> str:
     items = sorted((place or {}).items(), key=lambda kv: _ORDER.index(kv[0]) if kv[0] in _ORDER else len(_ORDER))
     return ", ".join(f"{k} {v}" + (f" (position {n_past + v})" if k in ("query", "token") and n_past is not None
                                    else "") for k, v in items)
-
-
-def position(nd: NodeDiff) -> int | None:
-    """The token position of the worst element: n_past + its query or token index (or its cache slot)."""
-    w = nd.worst or {}
-    for k in ("query", "token"):
-        if k in w:
-            return nd.n_past + w[k]
-    return w.get("slot") if nd.how == "store" else None
 
 
 def divergence_line(nd: NodeDiff, nmse: bool) -> str:
@@ -241,64 +231,3 @@ def render_diff(rep: DiffReport, console: Console, *, quiet: bool = False, verbo
             console.print(printable(f"{side.name}: {line}"), style=style, markup=False, highlight=False, soft_wrap=True)
     style = {EXIT_PASS: "bold green", EXIT_FAIL: "bold red"}.get(rep.exit_code, "bold yellow")
     console.print(printable(verdict(rep)), style=style, markup=False, highlight=False, soft_wrap=True)
-
-
-
-def _ref(r) -> dict:
-    return {"name": r.name, "line": r.line, "op": r.op, "type": r.type, "ne": list(r.ne)}
-
-
-def _role(role) -> dict:
-    return {"section": role.section, "layer": role.layer, "role": role.name, "kind": role.kind}
-
-
-def _node(nd: NodeDiff) -> dict:
-    s = nd.sum
-    return {
-        "evaluation": nd.evaluation, "run": nd.run, **_role(nd.role), "old": _ref(nd.old), "new": _ref(nd.new),
-        "matched_by": nd.how or None, "compared": nd.compared, "skipped": nd.skipped or None,
-        "diverged": nd.diverged, "failed": nd.failed, "max_abs": json_number(nd.max_abs),
-        "max_rel": json_number(nd.max_rel), "nmse": json_number(nd.nmse), "nmse_max": nd.nmse_max,
-        "tolerance_at_worst": json_number(nd.tol), "ratio": json_number(nd.ratio),
-        "needed_atol": json_number(nd.needed_atol), "needed_rtol": json_number(nd.needed_rtol),
-        "worst": None if nd.worst is None or nd.skipped else {"at": nd.worst, "old": json_number(nd.worst_old),
-                                                               "new": json_number(nd.worst_new)},
-        "sum": None if s is None else {"old": s.old, "new": s.new, "diff": s.diff, "tolerance": s.tol,
-                                       "passed": s.passed},
-        "position": position(nd) if nd.worst and not nd.skipped else None,
-        "drift": None if nd.skipped or not nd.roundings and not nd.drift else {
-            "roundings": nd.roundings, "scale": json_number(nd.scale), "scale_of": nd.scale_kind,
-            "drift": json_number(nd.drift), "allowed": json_number(nd.allowed), "allowance": nd.note or None},
-    }
-
-
-def diff_dict(rep: DiffReport) -> dict:
-    """The JSON document: schema 1, kind diff, one record per matched node and per node in one dump only."""
-    from .. import __version__
-
-    t = rep.tolerance
-    first, comp = rep.first_divergent, rep.first_computed
-    return {
-        "schema": SCHEMA, "kind": "diff", "tool": "attncheck", "version": __version__,
-        "old": rep.old, "new": rep.new, "prefix": rep.prefix,
-        "verdict": rep.verdict, "outcome": rep.outcome, "regression": rep.regression or None,
-        "exit_code": rep.exit_code, "error": rep.error or (rep.new_side.error if rep.new_side else "") or None,
-        "check": None if rep.sides is None else {s.name.lower(): s.to_dict() for s in rep.sides},
-        "tolerance": {"mode": "nmse" if t.nmse else "drift" if rep.model is not None else "elementwise",
-                      "atol": t.atol, "rtol": t.rtol, "origin": t.origin,
-                      "nmse_max": {**NMSE_MAX, "other": NMSE_OTHER} if t.nmse else None,
-                      "drift_model": None if rep.model is None else rep.model.to_dict()},
-        "drift_per_layer": [ld.to_dict() for ld in per_layer(rep)] if rep.model is not None else None,
-        "reference": None if rep.reference is None else rep.reference.to_dict(),
-        "prompt": {"relation": rep.prompt or None, "compared": rep.prompt in ("same", "prefix"),
-                   "note": rep.prompt_note or None,
-                   "tokens": [{"old": None if a is None else list(a), "new": None if b is None else list(b)}
-                              for a, b in rep.tokens]},
-        "totals": rep.totals(),
-        "first_divergent": None if first is None else _node(first),
-        "first_divergent_computation": None if comp is None else _node(comp),
-        "nodes": [_node(n) for n in rep.nodes],
-        "only": [{"side": u.side, "evaluation": u.evaluation, "run": u.run, **_role(u.role), "node": _ref(u.node)}
-                 for u in rep.only],
-        "warnings": rep.warnings,
-    }

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..check.render import failure_lines
-from ..check.report import EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED, Report
+from ..arch.context import model_path
+from ..present.render import failure_lines
+from ..report import EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED, Report
 from ..dump.graph import read_dump
 from ..errors import DumpError, ModelError
 from ..results import json_number
@@ -96,7 +97,7 @@ def _failure(s, r, f) -> dict:
 def check_side(name: str, path: str, options: Options, label: str | None = None) -> Side:
     """One dump through verify; unusable input (check's exit 2) is the side's error, not an exception. label: what
     the report calls the file, where it is not its path."""
-    side = Side(name, label or path, options.model)
+    side = Side(name, label or path, model_path(options.model))
     try:
         side.report = verify(read_dump(path, label), options)
     except (DumpError, ModelError) as e:

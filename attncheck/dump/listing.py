@@ -2,10 +2,11 @@
 attention, or a layer of another kind: recurrent, none), the SOFT_MAX nodes that are not attention, the runs."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
-from .graph import Dump, Evaluation, _layer_of
+from .attention import layer_of
+from .graph import Dump, Evaluation
 
 
 class Row(NamedTuple):
@@ -30,7 +31,7 @@ def rows(ev: Evaluation) -> Iterator[Row]:
     """The rows of one evaluation: its layers in order, then its SOFT_MAXes that are not attention."""
     head = (ev.index, ev.run, ev.n_past, ev.T, len(ev.nodes))
     sites = {s.layer: s for s in ev.sites}
-    flash = {_layer_of(f, -1): f for f in ev.flash}
+    flash = {layer_of(f, -1): f for f in ev.flash}
     for layer, kind in ev.layer_kinds().items():
         if layer in sites:
             s = sites[layer]
@@ -57,7 +58,7 @@ def listing(dump: Dump) -> Iterator[Row]:
 
 @dataclass
 class Listed:
-    """One evaluation's rows as a part of the dump read alone numbers them (check/pool.py's Replay renumbers index,
+    """One evaluation's rows as a part of the dump read alone numbers them (dump/pool.py's Replay renumbers index,
     run, n_past and tokens in the dump's terms; `renumbered` gives the rows those)."""
 
     index: int
@@ -67,12 +68,14 @@ class Listed:
     rows: list[Row]
     runs_before: int
     tokens: tuple[int, ...] | None
-    pending: list = field(default_factory=list)  # no sites to place: Replay's interface
+
+    def placed(self, source: str) -> None:
+        """Nothing to renumber beyond Replay's fields (Replay's interface, dump/pool.py)."""
 
     def renumbered(self) -> list[Row]:
         return [r._replace(evaluation=self.index, run=self.run, n_past=self.n_past) for r in self.rows]
 
 
 def listed(ev: Evaluation, source: str, layers=None) -> Listed:
-    """An evaluation's rows, for a worker reading a part of the dump (the signature of check/pool.py's Take)."""
+    """An evaluation's rows, for a worker reading a part of the dump (the signature of dump/pool.py's Take)."""
     return Listed(ev.index, ev.run, ev.n_past, ev.T, list(rows(ev)), ev.runs_before, ev.tokens)

@@ -1,4 +1,4 @@
-"""A dump cut into parts at evaluation starts, so that parts can be read in parallel (check/pool.py).
+"""A dump cut into parts at evaluation starts, so that parts can be read in parallel (dump/pool.py).
 
 An evaluation starts where the graph starts again: the header of the run's first node recurs, with the same name,
 type, op and first source (its other sources' ne, such as the token count, may change). Every part but the first

@@ -133,6 +133,11 @@ def _ne(text: str) -> tuple[int, int, int, int]:
     return dims  # type: ignore[return-value]
 
 
+def ne_text(ne) -> str:
+    """A shape as a header prints it: {ne0, ne1, ne2, ne3}."""
+    return "{" + ", ".join(map(str, ne)) + "}"
+
+
 @lru_cache(maxsize=8192)
 def _parse_header_at(rest: bytes):
     """parse_header of a header's raw bytes (headers repeat: each is decoded and parsed once)."""

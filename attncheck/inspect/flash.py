@@ -12,8 +12,9 @@ from rich import box
 from rich.console import Console
 from rich.panel import Panel
 
-from ..check.heads import kv_head
-from ..dump.graph import Dump, _layer_of, read_dump
+from ..sites.heads import kv_head
+from ..dump.attention import layer_of
+from ..dump.graph import Dump, read_dump
 from ..dump.sample import parse_sample
 from ..errors import DumpError, markup as escape
 from .model_walk import FullRow, ModelWalk
@@ -45,16 +46,18 @@ class FlashHead:
         return self.n_past + self.query
 
 
-def flash_walk(dump: Dump | str, layer: int, head: int, model: str, query: int | None = None,
+def flash_walk(dump: Dump | str, layer: int, head: int, model, query: int | None = None,
                evaluation: int = 0, kq_scale: float | None = None,
                tokens: tuple[int, ...] | None = None) -> tuple[FlashHead, ModelWalk]:
     """The reference's walk of one head of a flash-attention layer; DumpError names the valid range."""
+    from ..arch.context import open_model
     from ..model.checker import ModelChecker
 
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
-    checker = ModelChecker(model, dump.source, kq_scale=kq_scale, tokens=tokens, layers=frozenset({layer}),
-                           heads=frozenset({head}))
+    model = open_model(model)
+    checker = ModelChecker(model.path, dump.source, kq_scale=kq_scale, tokens=tokens, header=model.header,
+                           layers=frozenset({layer}), heads=frozenset({head}))
     n_ev = 0
     for ev in dump.evaluations():
         n_ev += 1
@@ -62,7 +65,7 @@ def flash_walk(dump: Dump | str, layer: int, head: int, model: str, query: int |
             checker.check(ev)  # the run's reference follows every evaluation
             ev.nodes.clear()
             continue
-        flash = {_layer_of(f, -1): f for f in ev.flash}
+        flash = {layer_of(f, -1): f for f in ev.flash}
         if layer not in flash:
             raise DumpError(dump.source, None, f"layer {layer} has no flash attention in evaluation {evaluation}: "
                                                f"layers {span(sorted(flash))}")
@@ -91,7 +94,7 @@ def flash_walk(dump: Dump | str, layer: int, head: int, model: str, query: int |
                         none(pos + 1)),
                 FullRow("kqv", node.name, np.arange(D_h), np.asarray(ref.get(layer, "kqv"))[head, pos], out))
         g = int(kv_head(head, H, H_kv))
-        mw = ModelWalk(model, ref.hparams.arch, arithmetic, rows, np.asarray(ref.get(layer, "k_cache"))[g, :pos + 1],
+        mw = ModelWalk(model.path, ref.hparams.arch, arithmetic, rows, np.asarray(ref.get(layer, "k_cache"))[g, :pos + 1],
                        np.asarray(ref.get(layer, "v_cache"))[g, :, :pos + 1].T,
                        tuple(r for sr in reports for r in sr.results))
         run_tokens = next((r.tokens for r in dump.runs if r.tokens is not None), None) if dump.runs else None

@@ -1,6 +1,6 @@
 """`inspect --html`: the one-head view as a page. The walk of one query (scores, scale, mask, softmax, weighted
 sum, each beside the dumped value) as tables, and the head's P and O heatmaps drawn by the same script as check's
-page, from the same collector (check/page.py) fed with the dump-only checks of this head and, with --model, the
+page, from the same collector (present/page.py) fed with the dump-only checks of this head and, with --model, the
 model's checks and reference."""
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ from typing import BinaryIO, Sequence
 import numpy as np
 from rich.text import Text
 
-from ..arch import lookup
-from ..arch.gguf_header import read_header
+from ..arch.context import open_model
 from ..check.dumponly import DumpChecker
 from ..check.hypotheses import pin
-from ..check.html import document, esc, lines, table, token_texts
-from ..check.page import PageData
+from ..present.html import document, esc, lines, table, token_texts
+from ..present.page import PageData
 from ..dump.graph import Dump, read_dump
 from ..verify import Options, given_facts, merge
 from .model_walk import ModelWalk, model_walk_site
@@ -79,10 +78,11 @@ def model_rows(mw: ModelWalk) -> str:
 
 
 def head_page(dump: Dump | str | BinaryIO, layer: int, head: int, *, query: int | None = None, evaluation: int = 0,
-              kq_scale: float | None = None, model: str | None = None, tokens: tuple[int, ...] | None = None,
+              kq_scale: float | None = None, model=None, tokens: tuple[int, ...] | None = None,
               vocab: Sequence[str] | None = None) -> tuple[HeadWalk, ModelWalk | None, str]:
     """The walk (and the model's side of it), and the page showing both with the head's heatmaps."""
-    header_ = read_header(model) if model is not None else None
+    model = open_model(model) if model is not None else None
+    header_ = model.header if model is not None else None
     given = given_facts(Options(kq_scale=kq_scale), header_)
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
@@ -93,7 +93,7 @@ def head_page(dump: Dump | str | BinaryIO, layer: int, head: int, *, query: int 
     checker = DumpChecker(src, pin(run_views, given)[0].facts, layers, only)  # the facts the walk used
     reports = checker.check(ev) + checker.finish()[0]
     mw = reference = None
-    entry = lookup(header_.arch) if header_ is not None else None
+    entry = model.entry if model is not None else None
     if entry is not None and entry.forward is not None:
         mw, model_reports, reference = model_walk_site(src, ev, site, w, model, kq_scale, tokens)  # type: ignore
         reports = merge(reports, model_reports)

@@ -14,13 +14,13 @@ import numpy as np
 
 from ..arch.facts import AttentionFacts
 from ..results import CheckResult, SiteReport
-from ..dump.graph import Dump, Evaluation, Site, read_dump
-from ..check.heads import kv_head
+from ..dump.attention import Site
+from ..dump.graph import Dump, Evaluation, read_dump
+from ..sites.heads import kv_head
 from ..model.checker import ModelChecker
 from ..model.reference import Reference
 from ..dump.sample import Sample, parse_sample
-from ..arch import lookup
-from ..arch.gguf_header import read_header
+from ..arch.context import open_model
 from ..arch.vocab import token_text
 from ..verify import Options, given_facts
 from .walk import HeadWalk, select, walk, walk_site
@@ -70,13 +70,15 @@ def _dumped(s: Sample | None, head: int, query: int, n: int) -> np.ndarray:
 
 
 def walk_head(dump: str, layer: int, head: int, *, query: int | None = None, evaluation: int = 0,
-              kq_scale: float | None = None, model: str | None = None,
+              kq_scale: float | None = None, model=None,
               tokens: tuple[int, ...] | None = None) -> tuple[HeadWalk, "ModelWalk | None"]:
     """`attncheck inspect`: the walk under the facts the options and the model's header give (the rest pinned on the
-    run), and the model's full rows when attncheck has a reference forward pass for its architecture."""
-    header = read_header(model) if model is not None else None
+    run), and the model's full rows when attncheck has a reference forward pass for its architecture. model: a path,
+    or the context a command opened (arch/context.py)."""
+    model = open_model(model) if model is not None else None
+    header = model.header if model is not None else None
     given = given_facts(Options(kq_scale=kq_scale), header)
-    entry = lookup(header.arch) if header is not None else None
+    entry = model.entry if model is not None else None
     if entry is None or entry.forward is None:
         w, mw = walk(dump, layer, head, query=query, evaluation=evaluation, given=given), None
     else:
@@ -88,7 +90,7 @@ def walk_head(dump: str, layer: int, head: int, *, query: int | None = None, eva
     return w, mw
 
 
-def walk_with_model(dump: Dump | str | BinaryIO, layer: int, head: int, model: str, query: int | None = None,
+def walk_with_model(dump: Dump | str | BinaryIO, layer: int, head: int, model, query: int | None = None,
                     evaluation: int = 0, kq_scale: float | None = None,
                     tokens: tuple[int, ...] | None = None,
                     given: AttentionFacts | None = None) -> tuple[HeadWalk, ModelWalk]:
@@ -100,13 +102,13 @@ def walk_with_model(dump: Dump | str | BinaryIO, layer: int, head: int, model: s
     return w, model_walk_site(dump.source, ev, site, w, model, kq_scale, tokens)[0]
 
 
-def model_walk_site(src: str, ev: Evaluation, site: Site, w: HeadWalk, model: str, kq_scale: float | None = None,
+def model_walk_site(src: str, ev: Evaluation, site: Site, w: HeadWalk, model, kq_scale: float | None = None,
                     tokens: tuple[int, ...] | None = None) -> tuple[ModelWalk, list[SiteReport], Reference]:
     """The model's side of a walk of one selected site, with the --model SiteReports of the walked layer (this
     head's elements only) and the run's reference."""
-    layer, head = w.layer, w.head
-    checker = ModelChecker(model, src, kq_scale=kq_scale, tokens=tokens, layers=frozenset({layer}),
-                           heads=frozenset({head}))
+    layer, head, model = w.layer, w.head, open_model(model)
+    checker = ModelChecker(model.path, src, kq_scale=kq_scale, tokens=tokens, header=model.header,
+                           layers=frozenset({layer}), heads=frozenset({head}))
     reports = [sr for sr in checker.check(ev) if sr.layer == layer]
     results = [r for sr in reports for r in sr.results]
     expected, arithmetic = checker.current  # type: ignore[misc]
@@ -128,5 +130,5 @@ def model_walk_site(src: str, ev: Evaluation, site: Site, w: HeadWalk, model: st
     )
     K_h = np.asarray(ref.get(layer, "k_cache"))[g, :pos + 1]
     V_h = np.asarray(ref.get(layer, "v_cache"))[g, :, :pos + 1].T
-    mw = ModelWalk(model, ref.hparams.arch, arithmetic, rows, K_h, V_h, tuple(results))
+    mw = ModelWalk(model.path, ref.hparams.arch, arithmetic, rows, K_h, V_h, tuple(results))
     return mw, reports, ref

@@ -155,36 +155,3 @@ class HeadWalk:
         with np.errstate(divide="ignore", invalid="ignore"):
             r = np.where(e == 0, 0.0, np.where(np.isfinite(e), e / b, np.inf))  # a NaN/inf value never passes
         return float(r.max()) if len(r) else 0.0
-
-
-@dataclass(frozen=True)
-class Inspection:
-    """What `attncheck inspect` shows of one head: the walk (HeadWalk) and, with a model, the reference's side
-    (model_walk.ModelWalk); on a flash-attention dump, the flash output's place (flash.FlashHead) and the model's."""
-
-    walk: HeadWalk | None = None
-    model: object | None = None  # model_walk.ModelWalk
-    flash: object | None = None  # flash.FlashHead
-
-    @property
-    def passed(self) -> bool:
-        return (self.walk is None or self.walk.passed) and (self.model is None or self.model.passed)
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.passed else 1
-
-    def to_dict(self) -> dict:
-        """The JSON of `attncheck inspect --json` (schema 1)."""
-        if self.flash is not None:
-            from .flash import flash_dict
-
-            return flash_dict(self.flash, self.model)
-        from .render import walk_dict
-
-        doc = walk_dict(self.walk)
-        if self.model is not None:
-            from .render_model import model_walk_dict
-
-            doc["model"] = model_walk_dict(self.model)
-        return doc

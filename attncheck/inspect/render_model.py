@@ -6,7 +6,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..check.columns import NEVER, Col, fit
+from ..present.columns import NEVER, Col, fit
 from ..results import describe, json_number
 from ..errors import markup as escape, printable
 from .walk import HeadWalk

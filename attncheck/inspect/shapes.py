@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..dump.graph import Site
+from ..dump.attention import Site
 from ..dump.records import Node
 
 _CHAIN_OPS = ("PERMUTE", "VIEW", "RESHAPE", "CONT", "CPY")  # ops that only re-lay out q, k or v

@@ -14,12 +14,13 @@ import numpy as np
 
 from ..arch.facts import DEFAULT, AttentionFacts
 from ..check import checks
-from ..check.heads import SiteView, Under, kv_head, site_view
+from ..sites.heads import SiteView, Under, kv_head, site_view
 from ..check.hypotheses import pin
 from ..check.scoring import site_facts
-from ..check.mask import EMPTY, LATER, OUTSIDE_WINDOW, REASONS, VISIBLE, full_mask
-from ..check.report import Report
-from ..dump.graph import Dump, Evaluation, Site, read_dump
+from ..sites.mask import EMPTY, LATER, OUTSIDE_WINDOW, REASONS, VISIBLE, full_mask
+from ..report import Report
+from ..dump.attention import Site
+from ..dump.graph import Dump, Evaluation, read_dump
 from ..dump.sample import Sample, parse_sample
 from ..errors import DumpError
 from .records import HeadWalk, MaskRange, QueryRow, Rows, WeightedSum

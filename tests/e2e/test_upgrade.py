@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from dumpedit import DumpEdit, printed  # noqa: E402
 
-from attncheck.run import flash_attn_off_args  # noqa: E402
+from attncheck.cli.llama import flash_attn_off_args  # noqa: E402
 
 NEW_BIN, OLD_BIN = os.environ.get("LLAMA_EVAL_CALLBACK"), os.environ.get("LLAMA_EVAL_CALLBACK_OLD")
 pytestmark = pytest.mark.skipif(not (NEW_BIN and OLD_BIN), reason="set LLAMA_EVAL_CALLBACK and "

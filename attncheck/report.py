@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..results import FixedTolerance, SiteReport, json_number
+from .results import FixedTolerance, SiteReport, json_number
 
 SCHEMA = 1
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED = 0, 1, 2, 3
@@ -121,7 +121,7 @@ class Report:
 
     def unprinted_heads(self) -> tuple[list[int], list[int]]:
         """--head values llama.cpp printed in no checked layer, and the heads it did print (the first and last 3)."""
-        from ..dump.sample import printed_indices
+        from .dump.sample import printed_indices
 
         if not self.heads or not self.sites:
             return [], []
@@ -146,7 +146,7 @@ class Report:
         return "attention sites were found, but none of their printed elements could be checked"
 
     def to_dict(self) -> dict:
-        from .. import __version__
+        from . import __version__
 
         return {
             "schema": SCHEMA,
@@ -183,7 +183,7 @@ class Report:
 def multi_dict(reports: list[Report], inputs: list[tuple[str, int, str | None]], left: list[str]) -> dict:
     """Several dumps: each one's document, the overall verdict and exit code, the unusable inputs with their error
     line, and the dumps --fail-fast left unchecked."""
-    from .. import __version__
+    from . import __version__
 
     codes = [code for _, code, _ in inputs]
     code = next((c for c in (EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED) if c in codes), EXIT_PASS)

@@ -19,7 +19,7 @@
   }
 
   function decode(text) {
-    // "f:" base64 float32, or "v:" base64 varints zigzag(x·1e4) + 3 with 0, 1, 2 for nan, inf, -inf (check/page.py)
+    // "f:" base64 float32, or "v:" base64 varints zigzag(x·1e4) + 3 with 0, 1, 2 for nan, inf, -inf (present/page.py)
     var s = atob(text.slice(2)), u = new Uint8Array(s.length), i;
     for (i = 0; i < s.length; i++) u[i] = s.charCodeAt(i);
     if (text.charAt(0) === "f") return new Float32Array(u.buffer);

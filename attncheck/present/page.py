@@ -3,7 +3,7 @@
 `verify(dump, observe=PageData(...))` shows each evaluation here while its nodes are still there, and each
 SiteReport once its run's facts are pinned. Per site this keeps, in compact form: the printed P and O of each
 printed head (queries × printed slots or dims), the per-head figures of every check (results.HeadFigures), the
-failing elements with their dumped and recomputed values and bounds, why each drawn slot is masked (check/mask.py),
+failing elements with their dumped and recomputed values and bounds, why each drawn slot is masked (sites/mask.py),
 and with --model the reference P over the slots up to each query's own position (not the empty cache slots) and the
 reference O over every dim. Arrays are float32 in base64 (4 bytes a value, NaN and inf kept); no text of the
 evaluation is kept, so memory grows with the number of sites, not with the size of the dump.
@@ -19,10 +19,11 @@ from typing import Any, Callable
 import numpy as np
 
 from ..arch.facts import Window
-from ..dump.graph import Evaluation, Site
+from ..dump.attention import Site
+from ..dump.graph import Evaluation
 from ..dump.sample import parse_sample
 from ..results import CheckResult, SiteReport
-from .mask import Geometry, Mask, SiteFacts, full_mask
+from ..sites.mask import Geometry, Mask, SiteFacts, full_mask
 
 P_CHECKS = {"masked", "softmax", "softmax_ratio", "model_softmax"}  # checks whose elements are weights P[h, t, slot]
 O_CHECKS = {"pv", "model_kqv", "model_flash_attn"}  # checks whose elements are outputs O[h, t, dim]
@@ -234,7 +235,7 @@ class PageData:
 
 
 def mask_codes(geometry: Geometry | None, sr: SiteReport, rec: dict) -> dict:
-    """Why each slot the page draws is masked (check/mask.py's reasons under the site's facts): `mask` for the printed
+    """Why each slot the page draws is masked (sites/mask.py's reasons under the site's facts): `mask` for the printed
     queries × printed slots, `gaps` the visible slots each printed query has in each run of unprinted slots, and with
     the reference `rmask` for every query × the slots 0..n_tokens − 1 and the printed ones past them. None where the
     slots' positions are unknown (a windowed cache that reused slots)."""

@@ -105,8 +105,10 @@ def reasons(n_past: np.ndarray, slot_base: np.ndarray, n_tokens: np.ndarray, que
             outside = d >= w
         elif kind == "symmetric":
             outside = np.abs(d) > w // 2
-        else:  # chunked: keys before the query's chunk
+        elif kind == "chunked":  # keys before the query's chunk
             outside = k_pos[:, None, :] < (q_pos // np.maximum(window, 1)[:, None] * window[:, None])[:, :, None]
+        else:
+            raise ValueError(f"window kind {kind!r}")
         out[outside & (w > 0)] = OUTSIDE_WINDOW
     if causal:
         out[k_pos[:, None, :] > q_pos[:, :, None]] = LATER

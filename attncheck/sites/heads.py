@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..dump.graph import Site, SiteInfo
+from ..dump.attention import Site, SiteInfo
 from ..dump.sample import Sample, row_lines
 from ..errors import DumpError
 from .mask import VISIBLE, Geometry, SiteFacts, reasons

@@ -23,10 +23,10 @@ from string import Template
 
 from .. import __version__
 from ..errors import printable
-from .mask import REASONS as MASK_REASONS
+from ..sites.mask import REASONS as MASK_REASONS
 from .page import PageData
 from .render import coverage_lines, failure_lines, verdict
-from .report import Report
+from ..report import Report
 
 # A cell's colour: its need (worst |err|/bound). Passing (need ≤ 1) is one calm green, shaded faintly by need (≤ 0.5,
 # ≤ 0.9, ≤ 1: ok1..ok3); failing is red (`failing`); nothing compared is grey (`np`). A correct run's need is 0.9 to

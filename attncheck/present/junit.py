@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import printable
 from ..results import SiteReport, describe
-from .report import EXIT_INPUT, EXIT_UNVERIFIED, Report
+from ..report import EXIT_INPUT, EXIT_UNVERIFIED, Report
 
 
 def add_suite(root: ET.Element, name: str) -> ET.Element:

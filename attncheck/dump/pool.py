@@ -11,22 +11,20 @@ import multiprocessing
 import os
 import signal
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass, replace
-from typing import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
-from ..dump.graph import Dump, Evaluation
-from ..dump.listing import Listed
-from ..dump.parts import Part, parts
-from ..dump.records import NodeRef, Note, RunStart
+from .graph import Dump, Evaluation
+from .parts import Part, parts
+from .records import NodeRef, Note, RunStart
 from ..errors import DumpError
-from .gather import EvalData, gather
 
 
 @dataclass
 class PartResult:
     """What a worker gives back of one part: its evaluations gathered, the records around them, the first error."""
 
-    evals: list[EvalData | Listed]
+    evals: list  # what `take` kept of each evaluation: check/gather.py's EvalData, or `list`'s Listed
     runs: list[RunStart]
     notes: list[Note]
     cut: NodeRef | None  # the node the dump ended inside (last part only)
@@ -34,14 +32,15 @@ class PartResult:
     size: int  # bytes
 
 
-Take = Callable[[Evaluation, str, "frozenset[int] | None"], "EvalData | Listed"]  # what a worker keeps of each
+Take = Callable[[Evaluation, str, "frozenset[int] | None"], Any]  # what a worker keeps of each evaluation
 
 
-def gather_part(part: Part, source: str, layers: frozenset[int] | None, take: Take = gather) -> PartResult:
-    """Read one part as a dump of its own and take each evaluation (runs in a worker process): gather's EvalData
-    for the checks; `list` takes its rows (dump/listing.py's Listed, which Replay renumbers alike)."""
+def gather_part(part: Part, source: str, layers: frozenset[int] | None, take: Take) -> PartResult:
+    """Read one part as a dump of its own and take each evaluation (runs in a worker process): check/gather.py's
+    EvalData for the checks; `list` takes its rows (dump/listing.py's Listed). Either has Replay's interface: index,
+    run, n_past, T, runs_before, tokens, and `placed` (Listed)."""
     d = Dump(part.reader(), source, part.first_line, part.final)
-    out: list[EvalData | Listed] = []
+    out: list = []
     error = None
     try:
         for ev in d.evaluations():
@@ -95,7 +94,7 @@ class _Counted:
         return data
 
 
-def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take: Take = gather,
+def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take: Take,
              on_read: Callable[[bytes], None] | None = None) -> Iterator[PartResult]:
     """The parts' results in dump order: in this process (jobs 1) or a pool of `jobs` workers, a few parts ahead.
     on_read: told of each block of a stream that could not be cut in parts (read here, as it comes)."""
@@ -141,7 +140,7 @@ class Replay:
         self.tokens: tuple[int, ...] | None = None
         self.new_run = False  # the previous part ended in a run's start-up log
 
-    def take(self, part: PartResult) -> list[EvalData]:
+    def take(self, part: PartResult) -> list:
         base = len(self.runs)
         start = 0 if self.new_run else self.carry  # n_past where the part's leading evaluations count from
         for ev in part.evals:
@@ -165,13 +164,7 @@ class Replay:
             self.new_run, self.carry = True, 0
         return part.evals
 
-    def _rebase(self, ev: EvalData, run: int, n_past: int | None, tokens) -> None:
-        if n_past is None and ev.pending:
-            raise DumpError(self.source, ev.pending[0].site.softmax.line,
-                            "cannot place this evaluation: an earlier one had no attention to count T")
+    def _rebase(self, ev, run: int, n_past: int | None, tokens) -> None:
         ev.index, ev.run, ev.n_past, ev.tokens = self.evaluations, run, n_past, tokens
         self.evaluations += 1
-        for p in ev.pending:
-            p.evaluation, p.run = ev.index, run
-            if p.view.geometry.n_past != n_past:  # read in a part that did not start at the run's start
-                p.view = replace(p.view, geometry=replace(p.view.geometry, n_past=n_past))
+        ev.placed(self.source)

@@ -6,7 +6,7 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator
 
-from .errors import markup
+from ..errors import markup
 
 SHOW_AFTER = 4 << 20  # bytes: small dumps finish before a bar would help
 

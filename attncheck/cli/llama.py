@@ -1,6 +1,6 @@
 """`attncheck run`: start llama-eval-callback and check its output as it streams, optionally keeping a copy.
 
-The module is callable (commands.py): `attncheck.run(model, prompt, ...)` is `attncheck run` for Python (run_llama).
+`attncheck.run(model, prompt, ...)` is run_llama: `attncheck run` for Python.
 """
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from collections import deque
 from functools import lru_cache
 from typing import BinaryIO
 
-from .commands import callable_module
-from .errors import DumpError, ModelError
+from ..errors import DumpError, ModelError
 
 BINARY = "llama-eval-callback"
 ENV_BINARY = "LLAMA_EVAL_CALLBACK"
@@ -225,7 +224,7 @@ class Process:
 
     def failure(self, code: int) -> DumpError:
         """The exit code and, on the one line, llama.cpp's error lines (dump/llama_log.py), else its last lines."""
-        from .dump.llama_log import error_lines
+        from ..dump.llama_log import error_lines
 
         last = self.stream.tail().split("\n")
         errors = error_lines(self.stream.head().split("\n") + last)  # each line once: the two may overlap
@@ -235,29 +234,32 @@ class Process:
         return DumpError(BINARY, None, f"exited with code {code}; {said}")
 
 
-def run_llama(model: str, prompt: str, llama_args: tuple[str, ...] = (), *, binary: str | None = None,
+def run_llama(model, prompt: str, llama_args: tuple[str, ...] = (), *, binary: str | None = None,
               keep: str | None = None, dump_only: bool = False, stall: float = STALL, observe=None, **options):
     """`attncheck run -m MODEL -p PROMPT [-- LLAMA_ARGS]` for Python: run llama-eval-callback and check its output
-    as it streams; the check.report.Report its JSON is made from (`.to_dict()`, `.exit_code`). The printed numbers
+    as it streams; the report.Report its JSON is made from (`.to_dict()`, `.exit_code`). The printed numbers
     are checked against the model's reference forward pass too unless dump_only (or attncheck has none for its
     architecture: a warning in the report says so). llama_args go to llama.cpp (flash attention off unless they set
     it); options are verify.Options' (layers=, heads=, kq_scale=, tokens=, jobs=, ...); observe: verify's. A model
     that is not a regular file is a ModelError before llama.cpp starts; a binary that cannot start, fails or
-    stalls `stall` seconds, a DumpError naming it (and what it said)."""
-    from .arch.gguf_header import read_header
-    from .arch.header import require_shape
-    from .verify import Options, verify
+    stalls `stall` seconds, a DumpError naming it (and what it said). model: a path, or the context a command opened
+    (arch/context.py)."""
+    from ..arch.context import model_path, open_model
+    from ..arch.header import require_shape
+    from ..verify import Options, verify
 
-    if not os.path.isfile(model):  # before llama.cpp starts: it would wait on a FIFO for ever, read a folder as nothing
-        raise ModelError(model, "no such file" if not os.path.exists(model) else "not a regular file")
+    path = model_path(model)
+    if not os.path.isfile(path):  # before llama.cpp starts: it would wait on a FIFO for ever, read a folder as nothing
+        raise ModelError(path, "no such file" if not os.path.exists(path) else "not a regular file")
     reference, why_not = (None if dump_only else model), ""
     if reference is not None:
         try:
-            require_shape(read_header(reference).meta, reference)
+            reference = open_model(reference)  # its header read once (or as the command opened it)
+            require_shape(reference.meta, reference.path)
         except ModelError as e:  # llama.cpp may still run it: check from the dump alone
             reference, why_not = None, f"no --model checks: {e}"
     opts = Options(**{"require_ids": False, **options, "model": reference})
-    proc = Process(command(find_binary(binary), model, prompt, tuple(llama_args)), keep, stall)
+    proc = Process(command(find_binary(binary), path, prompt, tuple(llama_args)), keep, stall)
     report, error = None, None
     with proc:  # llama.cpp's process group ends with this block, whatever ends it
         try:
@@ -275,5 +277,3 @@ def run_llama(model: str, prompt: str, llama_args: tuple[str, ...] = (), *, bina
         report.warnings.insert(0, why_not)
     return report
 
-
-callable_module(__name__, run_llama)

@@ -4,12 +4,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from ..arch.facts import scale_words
 from ..arch.vocab import token_unit
 from ..errors import markup, printable
 from ..results import SiteReport, describe
 from .columns import NEVER, Col, dropped, extent, fit
-from .hypotheses import scale_words
-from .report import EXIT_FAIL, EXIT_PASS, Report
+from ..report import EXIT_FAIL, EXIT_PASS, Report
 
 CHECK_TITLES = {
     "finite": "printed values are numbers",

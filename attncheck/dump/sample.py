@@ -250,8 +250,8 @@ def _words_as_floats(bodies: list[bytes]) -> tuple[np.ndarray, list[int], np.nda
                                                                             == ord("u"))
                                                & (raw[np.minimum(starts + 2, len(raw) - 1)] == ord("m"))))
     dot = np.flatnonzero(c == 2)
-    dot_at = np.zeros(len(starts), np.int64)
-    dot_at[np.searchsorted(first, dot, "right") - 1] = dot  # where a word's '.' is (its last, if it has several)
+    # where a word's '.' is (with one '.': the one after the dots of the words before it; else any place)
+    dot_at = dot[np.minimum(np.cumsum(dots) - dots, len(dot) - 1)] if len(dot) else first
     last = first + length - 1
     decimals = last - dot_at
     good = ((code < 4096) & (dots == 1) & (minus == (c[first] == 3)) & (length <= _LONGEST)

@@ -41,7 +41,8 @@ e2e: browser
 	ATTNCHECK_BROWSER_REQUIRED=1 $(PYTHON) -m pytest -q tests/e2e
 
 bench:
-	$(PYTHON) bench/bench.py; a=$$?; $(PYTHON) bench/model_vs_llama.py; b=$$?; test $$a -eq 0 -a $$b -eq 0
+	$(PYTHON) bench/bench.py; a=$$?; $(PYTHON) bench/model_vs_llama.py; b=$$?; $(PYTHON) bench/pipe.py; c=$$?; \
+	test $$a -eq 0 -a $$b -eq 0 -a $$c -eq 0
 
 # one plausible bug at a time in a copy of the package, the tests run against each (minutes; not in CI)
 mutate:

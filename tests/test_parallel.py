@@ -198,3 +198,43 @@ def test_an_evaluation_crosses_to_a_worker_whole():
         [tuple(None if i is None else i.line for i in n.inputs) for n in ev.nodes]
     assert [s.info() for s in back.sites] == [s.info() for s in ev.sites] and back.sites
     assert (back.index, back.run, back.n_past, back.tokens, back.T) == (ev.index, ev.run, ev.n_past, ev.tokens, ev.T)
+
+
+def _outputs(args: list[str], folder, monkeypatch) -> tuple[int, str, bytes]:
+    """Exit code, stdout and stderr mixed, and the --html page (`page.html` in `folder`, so that the line naming it
+    is the same) of the command line run in this process (so that dump/parts.py's PART, set small by the caller,
+    cuts these small dumps into many parts)."""
+    from click.testing import CliRunner
+
+    from attncheck.cli import main
+
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    page = folder / "page.html"
+    done = CliRunner().invoke(main, [*args, "--html", "page.html"] if args[0] != "list" else args)
+    assert done.exception is None or isinstance(done.exception, SystemExit), done.exception
+    return done.exit_code, done.output, page.read_bytes() if page.exists() else b""
+
+
+@pytest.mark.parametrize("part", [2000, 40000])
+def test_every_command_prints_the_same_bytes_with_one_job_or_two(tmp_path, monkeypatch, part):
+    """`check` (table, --json, --html page), `list` (table and --json) and `diff` (table, --json) with -j 1 and -j 2,
+    the dumps cut into parts: byte for byte the same. Three runs one after another (gpt2's ubatches of 2, llama's
+    GQA, gpt2's 13 tokens), a dump whose run is checked again under its own pin (gemma2) and a 2024 log."""
+    three = tmp_path / "three.txt"
+    three.write_bytes(b"".join((FIXTURES / n).read_bytes() for n in ("gpt2-ubatch2.txt", "llama-gqa-long.txt",
+                                                                    "gpt2-long.txt")))
+    monkeypatch.setattr(parts_module, "PART", part)
+    with open(three, "rb") as f:
+        assert len(list(parts_module.parts(f))) >= 3  # read in parts, several of them in workers with -j 2
+    dumps = [three, FIXTURES / "arch/gemma2-ubatch2.txt", FIXTURES / "old-llama-gqa-how-are-you.txt"]
+    commands = [[c, str(d), *more] for d in dumps for c, more in (("check", ()), ("check", ("--json", "-")),
+                                                                  ("list", ()), ("list", ("--json", "-")))]
+    commands += [["diff", str(FIXTURES / old), str(FIXTURES / new), *more]
+                 for old, new in (("drift/old-llama-gqa-long.txt", "llama-gqa-long.txt"), ("gpt2-ubatch2.txt", str(three)))
+                 for more in ((), ("--json", "-"))]
+    for i, args in enumerate(commands):
+        one = _outputs([*args, "-j", "1"], tmp_path / f"{i}-1", monkeypatch)
+        two = _outputs([*args, "-j", "2"], tmp_path / f"{i}-2", monkeypatch)
+        assert one == two, args
+        assert one[1].strip() and (one[2] or args[0] == "list"), args  # something printed, a page written

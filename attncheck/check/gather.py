@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from ..dump.attention import Site, SiteInfo
 from ..dump.graph import Evaluation
-from ..dump.sample import parse_sample
+from ..dump.sample import Sample, parse_samples, parse_sample
 from ..errors import DumpError
 from . import steps
 from ..sites.heads import SiteView, site_view
@@ -53,23 +53,26 @@ class EvalData:
 
 def gather(ev: Evaluation, source: str, layers: frozenset[int] | None = None) -> EvalData:
     """An evaluation's sites (of --layer's layers) parsed into views, with its layers and other SOFT_MAXes."""
-    pending = []
-    for site in ev.sites:
-        if layers is None or site.layer in layers:
-            pending.append(_pending(ev, site, source))
+    sites = [site for site in ev.sites if layers is None or site.layer in layers]
+    # every site's printed scores, weights, output and V parsed in one pass (dump/sample.py's parse_samples); a node
+    # it leaves is parsed alone when its site comes, so that damage is named where reading one by one names it
+    nodes = [n for site in sites for n in (site.softmax, site.scores, site.kqv, site.v) if n is not None]
+    parsed = {id(n): s for n, s in zip(nodes, parse_samples(nodes)) if s is not None}
+    pending = [_pending(ev, site, source, parsed) for site in sites]
     return EvalData(ev.index, ev.run, ev.n_past, ev.T, pending, {s.layer for s in ev.sites}, ev.layer_kinds(),
                     tuple(f"{n.name} (line {n.line})" for n in ev.other_softmax), len(ev.flash), ev.runs_before,
                     ev.tokens)
 
 
-def _pending(ev: Evaluation, site: Site, src: str) -> Pending:
+def _pending(ev: Evaluation, site: Site, src: str, parsed: dict[int, Sample]) -> Pending:
     if ev.n_past is None:
         raise DumpError(src, site.softmax.line, "cannot place this evaluation: an earlier one had no attention "
                                                 "to count T")
-    P = parse_sample(site.softmax, src)
-    S = parse_sample(site.scores, src) if site.scores is not None and not site.scores.quantized else None
-    O = parse_sample(site.kqv, src) if site.kqv is not None else None
-    V = parse_sample(site.v, src) if site.v is not None and not site.v.quantized else None
+    sample = lambda n: parsed.get(id(n)) or parse_sample(n, src)  # noqa: E731
+    P = sample(site.softmax)
+    S = sample(site.scores) if site.scores is not None and not site.scores.quantized else None
+    O = sample(site.kqv) if site.kqv is not None else None
+    V = sample(site.v) if site.v is not None and not site.v.quantized else None
     view = site_view(site, ev.n_past, P, S, O, V, src)
     return Pending(ev.index, ev.run, view.site, view, _steps(site, S, src))  # view.site: the SiteInfo, made once
 

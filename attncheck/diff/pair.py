@@ -8,7 +8,7 @@ from ..dump.graph import Evaluation
 from ..errors import DumpError
 from ..dump.records import Node
 from ..dump.roles import assign
-from ..dump.sample import parse_sample
+from ..dump.sample import parse_sample, parse_samples
 from .drift import elementwise, roundings
 from .measure import measure, store_scales, sum_diff
 from .nodes import NOT_COMPUTING, NodeDiff, Unmatched
@@ -30,6 +30,8 @@ def diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str,
     geometries: dict = {}
     scores: dict[int, tuple[NodeDiff, Aligned]] = {}  # id(OLD node) → its diff and elements, of what SOFT_MAX reads
     output = _output_pairs(ra.output, rb.output)
+    both = [*ea.nodes, *eb.nodes]  # every printed node of both sides parsed in one pass (dump/sample.py)
+    parsed = {id(n): s for n, s in zip(both, parse_samples(both)) if s is not None}
     for a in ea.nodes:
         role = ra.role(a)
         moved = basis.partner_key(role, ra, rb)  # the builds hold it in different bases (basis.py)
@@ -55,7 +57,7 @@ def diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str,
             nd.roundings = max(ka.get(id(a), 0), kb.get(id(b), 0))
             nd.allowed = rep.model.rho(nd.roundings, role.name)
         al = _diff_node(nd, rep, (a, ra, ea, src_a), (b, rb, eb, src_b), T_short,
-                        floors.get((role.layer, role.name), 0.0), geometries)
+                        floors.get((role.layer, role.name), 0.0), geometries, parsed)
         if rep.model is not None and al is not None:
             if role.name in SCORE_ROLES:
                 scores[id(a)] = (nd, al)
@@ -93,8 +95,10 @@ def _same_reads(a: Node, b: Node, partner: dict[int, Node]) -> bool:
 
 
 def _diff_node(nd: NodeDiff, rep: DiffReport, side_a: tuple, side_b: tuple, T_short: int | None,
-               scale_floor: float = 0.0, geometries: dict | None = None) -> Aligned | None:
-    """Measure one node pair (or say why it is skipped); the elements compared, None when skipped."""
+               scale_floor: float = 0.0, geometries: dict | None = None,
+               parsed: dict | None = None) -> Aligned | None:
+    """Measure one node pair (or say why it is skipped); the elements compared, None when skipped. parsed: Samples
+    already parsed, by id of their node (parse_samples; a node it left is parsed here)."""
     (a, ra, _, src_a), (b, rb, _, src_b) = side_a, side_b
     role, tol = nd.role, rep.tolerance
     if rep.prefix and (id(a) in ra.after_out_ids or id(b) in rb.after_out_ids):
@@ -104,7 +108,8 @@ def _diff_node(nd: NodeDiff, rep: DiffReport, side_a: tuple, side_b: tuple, T_sh
         nd.skipped = f"{a.type if a.quantized else b.type}: quantized tensors print no values"
         return None
     try:
-        sa, sb = parse_sample(a, src_a), parse_sample(b, src_b)
+        sa = (parsed or {}).get(id(a)) or parse_sample(a, src_a)
+        sb = (parsed or {}).get(id(b)) or parse_sample(b, src_b)
     except DumpError as e:
         nd.skipped = f"not readable: {e}"
         return None

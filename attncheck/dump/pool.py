@@ -7,6 +7,7 @@ on), unless that part ended in a new run's start-up log.
 """
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import signal
@@ -96,10 +97,17 @@ class _Counted:
 
 def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take: Take,
              on_read: Callable[[bytes], None] | None = None) -> Iterator[PartResult]:
-    """The parts' results in dump order: in this process (jobs 1) or a pool of `jobs` workers, a few parts ahead.
-    on_read: told of each block of a stream that could not be cut in parts (read here, as it comes)."""
+    """The parts' results in dump order: in this process (jobs 1, or a dump of one part, which no worker could
+    share) or a pool of `jobs` workers, a few parts ahead. on_read: told of each block of a stream that could not be
+    cut in parts (read here, as it comes)."""
+    todo = parts(stream)
+    if jobs > 1:
+        first = next(todo, None)
+        if first is None or first.final:
+            jobs = 1
+        todo = itertools.chain([first] if first is not None else [], todo)
     if jobs <= 1:
-        for part in parts(stream):
+        for part in todo:
             if part.stream is not None and on_read is not None:
                 part = part._replace(stream=_Counted(part.stream, on_read))
             yield gather_part(part, source, layers, take)
@@ -107,7 +115,7 @@ def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take
     pool = worker_pool(jobs)
     try:
         ahead: list[Future] = []
-        for part in parts(stream):
+        for part in todo:
             if part.stream is not None:  # a stream that could not be cut: read here, after the parts before it
                 for f in ahead:
                     yield f.result()

@@ -1,0 +1,92 @@
+"""dump/sample.py's parse_samples, which parses many nodes' printed values in one pass of numpy (check reads every
+site's scores, weights, output and V with it), gives what parse_sample gives node by node, or leaves the node to
+it: the same floats bit for bit, the same shape and sums; never a Sample where parse_sample finds damage.
+
+The nodes are real ones from fixtures/; a property test rewrites the words of a real kq_soft_max print (its
+skeleton kept) with words of every kind a damaged or odd log can hold, since no real dump holds most of them."""
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attncheck.dump.graph import read_dump
+from attncheck.dump.sample import parse_sample, parse_samples
+from attncheck.errors import DumpError
+from conftest import FIXTURES
+
+
+@lru_cache(maxsize=None)
+def _nodes(name: str) -> list:
+    """Every node of a fixture, read once."""
+    return [n for ev in read_dump(str(FIXTURES / name)).evaluations() for n in ev.nodes]
+
+
+def _same(batch, node) -> None:
+    """batch (parse_samples' answer for node) is None or parse_sample's Sample, bit for bit."""
+    try:
+        one = parse_sample(node, "x")
+    except DumpError:
+        assert batch is None, node.name
+        return
+    if batch is None:
+        return
+    assert batch.values.shape == one.values.shape and batch.values.tobytes() == one.values.tobytes(), node.name
+    assert batch.sums == one.sums and all(np.array_equal(a, b) for a, b in zip(batch.index, one.index))
+
+
+@pytest.mark.parametrize("name", ["gpt2-ubatch2.txt", "llama-gqa-long.txt", "old-llama-gqa-how-are-you.txt",
+                                  "arch/gemma2-tail-lost.txt", "arch/gpt-oss-long.txt"])
+def test_every_node_of_real_dumps_parses_as_one_by_one(name):
+    nodes = _nodes(name)
+    got = parse_samples(nodes)
+    for node, batch in zip(nodes, got):
+        _same(batch, node)
+    printed = [n for n in nodes if not n.quantized and n.body.strip()]
+    assert sum(s is not None for s in got) >= 0.9 * len(printed)  # the one pass parses nearly all of them
+
+
+_WORD = st.one_of(
+    st.from_regex(r"\A-?[0-9]{1,3}\.[0-9]{4}\Z"),  # what %12.4f prints
+    st.from_regex(r"\A-?[0-9]{1,20}\.[0-9]{4}([0-9]{2})?\Z"),  # long ones, and %f's 6 decimals
+    st.sampled_from(["-0.0000", "0.0000", "nan", "-nan", "inf", "-inf", "...", "sum", "1.2345...", "1.2.3456",
+                     "12", ".1234", "1234.", "1e5", "--1.0000", "1.0000-", "1.23456", "+1.0000", "1.2345sum",
+                     "0x1.0000", "1.2345\x00", "\u00bd.0000"]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_any_words_parse_as_one_by_one(data):
+    """A real softmax print some of whose numbers are replaced: where the words are all finite prints of at most 15
+    digits the one pass parses them itself; any other word leaves the node to parse_sample."""
+    node = next(n for n in _nodes("gpt2-how-are.txt") if n.name == "kq_soft_max-0")
+    body = node.body.decode()
+    words = [w for w in body.replace("[", " ").replace("]", " ").replace(",", " ").replace("=", " ").split()
+             if w not in ("...", "sum")]
+    new = list(words)
+    for i, w in data.draw(st.lists(st.tuples(st.integers(0, len(words) - 1), _WORD), min_size=1, max_size=6)):
+        new[i] = w  # a few of the printed numbers replaced in place, the skeleton kept
+    out, at = [], 0
+    for w in words:
+        i = body.index(w, at)
+        out.append(body[at:i] + new[len(out)])
+        at = i + len(w)
+    edited = replace(node, body=("".join(out) + body[at:]).encode())
+    batch = parse_samples([edited, node])
+    _same(batch[0], edited)
+    _same(batch[1], node)
+    assert batch[1] is not None
+    plain = all("..." not in w and "sum" not in w and len(w.lstrip("-").replace(".", "")) <= 15
+                and ("nan" not in w and "inf" not in w) for w in new)
+    try:
+        parse_sample(edited, "x")
+        clean = True
+    except DumpError:
+        clean = False
+    if clean and plain:
+        assert batch[0] is not None

@@ -293,7 +293,24 @@ class Layer0:
         fmt = self._p_format() if quantity == "kqv" else "f32"
         dpv = deviation(p, dp, fmt) if fmt != "f32" else dp  # P as P·V reads it
         av = np.abs(v)
-        return rowdot(dpv, av) + rowdot(p, rd["dv"]) + rowdot(dpv, rd["dv"]) + gamma(n_vis) * rowdot(p, av)
+        moved = np.minimum(rowdot(dpv, av), self._centred(p, dp, dpv, v, fmt, vis))
+        return moved + rowdot(p, rd["dv"]) + rowdot(dpv, rd["dv"]) + gamma(n_vis) * rowdot(p, av)
+
+    @staticmethod
+    def _centred(p: np.ndarray, dp: np.ndarray, dpv: np.ndarray, v: np.ndarray, fmt: str, vis: np.ndarray
+                 ) -> np.ndarray:
+        """[H, T, D]: another bound on |Σ_j E_j V_jd|, E_j = P_j as P·V reads it in llama.cpp minus the reference's
+        (|E_j| <= dpv_j): Σ_j E_j V_jd = Σ_j E_j (V_jd − c_d) + c_d Σ_j E_j for any c, here each dim's median over
+        the slots (V's common offset, which Σ_j dpv_j |V_jd| counts in full). Both rows of P sum to 1 within two
+        roundings each (ggml's SOFT_MAX: exps times a rounded 1/sum), and each side's rounding into fmt moves each
+        weight by at most half an ulp: |Σ_j E_j| <= 8·2^-24 + Σ_j (u·(2 P_j + dp_j) + a subnormal's step)."""
+        off = np.median(v, axis=-1, keepdims=True)  # [H, D, 1]
+        half = {"f16": 2.0**-11, "bf16": 2.0**-8}.get(fmt, 0.0)
+        tiny = 2.0**-24 if fmt == "f16" else 0.0
+        sum_e = 8 * U32 + np.where(vis, half * (2 * p + dp) + tiny, 0.0).sum(-1)  # [H, T]
+        out = rowdot(dpv, np.abs(v - off)) + sum_e[..., None] * np.abs(np.swapaxes(off, -1, -2))
+        whole = np.abs(p.sum(-1) - 1) <= 16 * U32  # rows that sum to 1 (not where a sink takes a share)
+        return np.where(whole[..., None], out, np.inf)
 
     def _p_format(self) -> str:
         """What MUL_MAT(v, P) converts P to: the V cache's float type; nothing for f32 or a quantized V (flash), nor

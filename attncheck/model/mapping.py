@@ -13,12 +13,11 @@ way (two axes of the same length > 1) is left out.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-
 
 from ..dump.graph import Evaluation
 from ..dump.records import Node
 from ..dump.roles import Roles, assign
+from .mapped import Layer, Mapped
 
 LAYOUT = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT"}  # ops that move values without computing
 
@@ -44,41 +43,6 @@ ROW_ROLES = ("inp_embd", "attn_norm", "kqv_unrot", "attn_out", "attn_post", "ffn
              "ffn_post", "attn_ffn", "l_out", "result_norm", "result_output")
 
 
-@dataclass(frozen=True)
-class Mapped:
-    """A printed node, the reference quantity it shows, and its axes labelled (numpy order i2, i1, i0)."""
-
-    node: Node
-    role: str  # roles.py's name (q, Qcur, k_view, kq, kqv_out, l_out, ...) or that of the node it copies
-    quantity: str  # a key of CANONICAL
-    labels: tuple[str, str, str]  # of this node, or with `via` of the node whose values it copies
-    ref_layer: int | None  # the reference layer (None for inp_embd, result_norm, result_output)
-    key: str | None = None  # the reference's value it holds (Reference.get(layer, key)); None: the quantity's own
-    via: tuple = ()  # grid.py transforms from this node's indices to those of the node `labels` describe
-    base: tuple[int, ...] | None = None  # that node's ne (None: this node's own)
-    before: bool = False  # a cache as it was before this evaluation's store (its slots from n_past on empty)
-
-    @property
-    def ne(self) -> tuple[int, ...]:
-        """The ne `labels` describe."""
-        return self.base or self.node.ne
-
-
-@dataclass(frozen=True)
-class Layer:
-    """One layer's attention in one evaluation: its sizes (for the model's shape check) and the mapped nodes."""
-
-    layer: int
-    anchor: Node  # kq_soft_max, or FLASH_ATTN_EXT
-    flash: bool
-    H: int
-    H_kv: int
-    D_h: int
-    n_kv: int
-    T: int
-    kv_type: str | None  # storage type of the K cache view (f16 by default)
-    mapped: list[Mapped]
-    v_type: str | None = None  # storage type of the V cache view
 
 
 def _fits(node: Node, labels: tuple[str, str, str], sizes: dict[str, int]) -> bool:

@@ -18,7 +18,7 @@ print precision; derived in docs/numerics.md §3.2). Every term is a worst-case 
   with a Q4_1/Q5_1 K, Σ_b dev(s_b)|m_jb| for q's Q8_1 block sums s); on P
   through softmax exactly, |Δp_j| <= p_j·(e^{s·D_j}·Σ_j' p_j' e^{s·D_j'} − 1) for score deviations D (s the
   scale), which a p-weighted mean keeps from growing with the row; on kqv Σ_j dev(P_j)|V_j| + P_j dev(V_j) (+
-  dev·dev) and gamma(n)·Σ_j P_j|V_j|. A row whose values lie clear of every midpoint keeps print precision plus f32
+  dev·dev) and gamma(n)·Σ_j P_j|V_j|, the first term centred on V's offset where smaller (_centred). A row whose values lie clear of every midpoint keeps print precision plus f32
   noise, at any prompt length.
 """
 from __future__ import annotations

@@ -30,8 +30,8 @@ def diff_evaluation(rep: DiffReport, ea: Evaluation, eb: Evaluation, src_a: str,
     geometries: dict = {}
     scores: dict[int, tuple[NodeDiff, Aligned]] = {}  # id(OLD node) → its diff and elements, of what SOFT_MAX reads
     output = _output_pairs(ra.output, rb.output)
-    both = [*ea.nodes, *eb.nodes]  # every printed node of both sides parsed in one pass (dump/sample.py)
-    parsed = {id(n): s for n, s in zip(both, parse_samples(both)) if s is not None}
+    printed = [*ea.nodes, *eb.nodes]  # every printed node of both sides parsed in one pass (dump/sample.py)
+    parsed = {id(n): s for n, s in zip(printed, parse_samples(printed)) if s is not None}
     for a in ea.nodes:
         role = ra.role(a)
         moved = basis.partner_key(role, ra, rb)  # the builds hold it in different bases (basis.py)

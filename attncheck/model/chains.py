@@ -221,7 +221,6 @@ def _via(node, after, sizes, quantity) -> tuple | None:
 
 def walk(start, name: str, chains: dict, sizes: dict[str, int], layer: int | None, emit, depth: int = 0) -> None:
     """Map the nodes of chain `name` from its last node `start` back (module doc); emit(Mapped) for each."""
-
     steps = chains.get(name)
     if steps is None or start is None or depth > 8:
         return
@@ -258,7 +257,6 @@ def walk(start, name: str, chains: dict, sizes: dict[str, int], layer: int | Non
 def copies(nodes, mapped: dict[int, object], sizes_of, emit) -> None:
     """Layout copies of mapped nodes, in graph order (Kcur's view that the store reads, V flattened for the
     transposed cache, GET_ROWS(out_ids) of a row role): the same values, located through the copy."""
-
     for n in nodes:
         if id(n) in mapped or n.inputs[0] is None or id(n.inputs[0]) not in mapped:
             continue

@@ -18,8 +18,8 @@ print precision; derived in docs/numerics.md §3.2). Every term is a worst-case 
   with a Q4_1/Q5_1 K, Σ_b dev(s_b)|m_jb| for q's Q8_1 block sums s); on P
   through softmax exactly, |Δp_j| <= p_j·(e^{s·D_j}·Σ_j' p_j' e^{s·D_j'} − 1) for score deviations D (s the
   scale), which a p-weighted mean keeps from growing with the row; on kqv Σ_j dev(P_j)|V_j| + P_j dev(V_j) (+
-  dev·dev) and gamma(n)·Σ_j P_j|V_j|, the first term centred on V's offset where smaller (_centred). A row whose values lie clear of every midpoint keeps print precision plus f32
-  noise, at any prompt length.
+  dev·dev) and gamma(n)·Σ_j P_j|V_j|, the first term centred on V's offset where smaller (_centred). A row whose
+  values lie clear of every midpoint keeps print precision plus f32 noise, at any prompt length.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from gguf import GGMLQuantizationType as QT
 
 from .matmul import convert, vec_dot_type
 from .numerics import KV_QT, block_mins, store
-from .steps import deviation, q8_1_sum_deviation
+from .steps import UNIT, deviation, q8_1_sum_deviation
 
 U32 = 2.0**-24  # f32 unit roundoff
 PROJECTIONS = {"Qcur": "attn_q", "Kcur": "attn_k", "Vcur": "attn_v"}
@@ -305,7 +305,7 @@ class Layer0:
         roundings each (ggml's SOFT_MAX: exps times a rounded 1/sum), and each side's rounding into fmt moves each
         weight by at most half an ulp: |Σ_j E_j| <= 8·2^-24 + Σ_j (u·(2 P_j + dp_j) + a subnormal's step)."""
         off = np.median(v, axis=-1, keepdims=True)  # [H, D, 1]
-        half = {"f16": 2.0**-11, "bf16": 2.0**-8}.get(fmt, 0.0)
+        half = UNIT.get(fmt, 0.0)
         tiny = 2.0**-24 if fmt == "f16" else 0.0
         sum_e = 8 * U32 + np.where(vis, half * (2 * p + dp) + tiny, 0.0).sum(-1)  # [H, T]
         out = rowdot(dpv, np.abs(v - off)) + sum_e[..., None] * np.abs(np.swapaxes(off, -1, -2))

@@ -146,3 +146,45 @@ def test_steps_of_each_format():
     assert not steps.step(x, "f32").any()
     assert matmul.vec_dot_type(QT.Q4_K) == "q8_k" and matmul.vec_dot_type(QT.IQ4_NL) == "q8_0"
     assert matmul.vec_dot_type(QT.Q5_1) == "q8_1" and matmul.vec_dot_type(QT.BF16) == "bf16"
+
+
+def _f32_patterns() -> np.ndarray:
+    """f32 values around every f16 value and rounding midpoint (±4096 ulps), and random bit patterns: zeros, f16
+    subnormals, the overflow edge at 65520, inf and NaN included."""
+    f16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(F32).view(np.uint32)
+    near = (f16.astype(np.int64)[:, None] + np.arange(-4096, 4097, 97)[None, :]).ravel()
+    rand = RNG.integers(0, 1 << 32, 2_000_000, dtype=np.uint64)
+    return np.concatenate([near.clip(0, (1 << 32) - 1), rand]).astype(np.uint32).view(F32)
+
+
+def test_round_f16_and_its_bits_are_numpys_conversion_bit_for_bit():
+    """numerics.round_f16 and f16_bits round with integer arithmetic (twice numpy's speed): every pattern must give
+    numpy's own float16 conversion (round to nearest even, subnormals, overflow to inf, NaN)."""
+    x = _f32_patterns()
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    got = numerics.round_f16(x)
+    same = (got.view(np.uint32) == want.astype(F32).view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), x[~same][:5]
+    np.testing.assert_array_equal(numerics.f16_bits(x), want.view(np.uint16))
+    grid = x[:300_000].reshape(3, 100, 1000)[:, ::3, ::2]  # any shape, any strides
+    np.testing.assert_array_equal(numerics.round_f16(grid).view(np.uint32),
+                                  grid.astype(np.float16).astype(F32).view(np.uint32))
+
+
+def test_gelu_is_the_f16_table_of_the_tanh_formula():
+    """blocks.gelu looks its f16 table up by f16_bits: each input gives ggml's f32 formula at the input's f16 value,
+    rounded to f16 (GGML_GELU_FP16), x <= -10 gives 0 and x >= 10 gives x; and that formula is GELU's tanh
+    approximation (within an f16 step where f32 does not cancel: 1 + tanh → 0 for x below about -3)."""
+    x = np.concatenate([(RNG.standard_normal(100_000) * 4).astype(F32), F32([0, -0.0, 10, -10, 9.999, 1e-7, 3e4])])
+    h = x.astype(np.float16).astype(F32)
+    with np.errstate(over="ignore"):
+        g = F32(0.5) * h * (F32(1) + np.tanh(F32(0.7978845608028654) * h * (F32(1) + F32(0.044715) * h * h)))
+    want = np.where(x <= -10, F32(0), np.where(x >= 10, x, g.astype(np.float16).astype(F32)))
+    got = blocks.gelu(x)
+    assert got.dtype == F32
+    np.testing.assert_array_equal(got, want)
+    h64 = h.astype(np.float64)
+    exact = 0.5 * h64 * (1 + np.tanh(np.sqrt(2 / np.pi) * h64 * (1 + 0.044715 * h64 * h64)))
+    calm = (x > -3) & (x < 10)
+    np.testing.assert_allclose(got[calm], exact[calm], rtol=2.0**-10, atol=2.0**-24)

@@ -3,9 +3,11 @@ every result rounded to f32 as ggml stores it, reductions in double where ggml s
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 
-from .numerics import round_f16
+from .numerics import f16_bits, round_f16
 
 F32 = np.float32
 F64 = np.float64
@@ -82,10 +84,20 @@ def rope(x: np.ndarray, positions: np.ndarray, n_dims: int, base: float, freq_sc
 def gelu(x: np.ndarray) -> np.ndarray:
     """ggml-cpu GELU (GGML_GELU_FP16): the input rounded to f16 and looked up in an f16 table of the tanh
     approximation; x <= -10 gives 0, x >= 10 gives x. Emulated because the table moves values by up to ~1e-3."""
-    h = round_f16(x)
-    g = F32(0.5) * h * (F32(1) + np.tanh(SQRT_2_OVER_PI * h * (F32(1) + GELU_COEF_A * h * h)))
-    y = round_f16(g.astype(F32))
-    return np.where(x <= -10, F32(0), np.where(x >= 10, x, y)).astype(F32)
+    x = np.asarray(x, F32)
+    y = _gelu_table()[f16_bits(x)]
+    np.copyto(y, x, where=x >= 10)
+    y[x <= -10] = 0
+    return y
+
+
+@cache
+def _gelu_table() -> np.ndarray:
+    """[65536] f32: ggml's table_gelu_f16, the tanh approximation at every f16 value, rounded to f16."""
+    h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(F32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        g = F32(0.5) * h * (F32(1) + np.tanh(SQRT_2_OVER_PI * h * (F32(1) + GELU_COEF_A * h * h)))
+        return round_f16(g.astype(F32))
 
 
 def silu(x: np.ndarray) -> np.ndarray:

@@ -12,12 +12,53 @@ from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
 F32 = np.float32
+U32 = np.uint32
 IQ4NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=F32)
 
 
 def round_f16(x: np.ndarray) -> np.ndarray:
-    """f32 → f16 → f32 (ggml's FP32_TO_FP16, round to nearest even)."""
-    return np.asarray(x, dtype=F32).astype(np.float16).astype(F32)
+    """f32 → f16 → f32 (ggml's FP32_TO_FP16, round to nearest even); bit for bit numpy's astype, twice as fast."""
+    a, r, small, big = _f16_rounded(x)
+    out = r.view(F32)
+    if small.size:  # f16 subnormals: a fixed step of 2^-24 (the scaling is exact, rint rounds half to even)
+        out.flat[small] = np.rint(a.flat[small] * F32(2.0**24)) * F32(2.0**-24)
+    if big.size:
+        with np.errstate(over="ignore"):
+            out.flat[big] = a.flat[big].astype(np.float16).astype(F32)
+    return out.reshape(np.shape(x))
+
+
+def f16_bits(x: np.ndarray) -> np.ndarray:
+    """f32 → the bits of its f16 (round to nearest even) as uint16: the index into ggml's f16 lookup tables."""
+    a, r, small, big = _f16_rounded(x)
+    bits = (r >> U32(16)) & U32(0x8000)
+    r &= U32(0x7FFFFFFF)
+    r -= U32(112 << 23)  # f32's exponent bias 127, f16's 15
+    r >>= U32(13)
+    bits |= r
+    out = bits.astype(np.uint16)
+    odd = np.concatenate([small, big, np.flatnonzero(a == 0)])  # the shift above wraps for zeros
+    if odd.size:
+        with np.errstate(over="ignore"):
+            out.flat[odd] = a.flat[odd].astype(np.float16).view(np.uint16)
+    return out.reshape(np.shape(x))
+
+
+def _f16_rounded(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """x as contiguous f32, its bits rounded to f16's 11-bit significand (uint32; right in f16's normal range), and
+    the flat indices outside it: nonzero values below 2^-14 (f16 subnormals), and values rounding to inf, inf, NaN."""
+    a = np.ascontiguousarray(x, dtype=F32)
+    u = a.view(U32)
+    r = u >> U32(13)
+    r &= U32(1)
+    r += U32(0x0FFF)
+    r += u
+    r &= U32(0xFFFFE000)
+    e = u & U32(0x7FFFFFFF)
+    big = np.flatnonzero(e >= U32(0x477FF000))  # 65520 and above round to inf
+    e -= U32(1)  # zero wraps to the top
+    small = np.flatnonzero(e < U32(0x387FFFFF))
+    return a, r, small, big
 
 
 def round_bf16(x: np.ndarray) -> np.ndarray:

@@ -62,30 +62,40 @@ def tree_pss(pid: int) -> float:
 
 
 def measure(cmd: list[str], repeat: int, out: Path | None = None) -> tuple[float, float, int]:
-    """Best wall time (s), the peak memory (MB) of that run's whole process tree (PSS summed over the processes,
-    sampled every 5 ms; not wait4's ru_maxrss, which counts the pages the child shared with this script between fork
-    and exec), and its exit code; stdout and stderr to `out` if given."""
-    best = (float("inf"), 0.0, 0)
+    """Best wall time (s) of `repeat` runs, the peak memory (MB) of the whole process tree in one more run (PSS summed
+    over the processes, sampled every 5 ms; not wait4's ru_maxrss, which counts the pages the child shared with this
+    script between fork and exec), and the exit code of the fastest run; stdout and stderr to `out` if given. The
+    timed runs are not sampled: reading smaps_rollup every 5 ms costs the kernel a walk of the page tables each
+    time, which took a minute and more of system time from the cores the measured runs need."""
+    best = (float("inf"), 0)
     for _ in range(repeat):
-        peak = [0.0]
-        done = threading.Event()
-        with open(out or os.devnull, "wb") as sink:
-            t0 = time.perf_counter()
-            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT if out else subprocess.DEVNULL)
+        wall, code = _run(cmd, out, None)
+        best = min(best, (wall, code))
+    peak = [0.0]
+    _run(cmd, out, peak)
+    return best[0], peak[0], best[1]
 
+
+def _run(cmd: list[str], out: Path | None, peak: list[float] | None) -> tuple[float, int]:
+    """One run: (wall time, exit code); with `peak`, its tree's PSS sampled into peak[0]."""
+    done = threading.Event()
+    with open(out or os.devnull, "wb") as sink:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT if out else subprocess.DEVNULL)
+        sampler = None
+        if peak is not None:
             def sample() -> None:
                 while not done.wait(0.005):
                     peak[0] = max(peak[0], tree_pss(proc.pid))
 
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
-            _, status, _ = os.wait4(proc.pid, 0)
-            wall = time.perf_counter() - t0
-            done.set()
+        _, status, _ = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        done.set()
+        if sampler is not None:
             sampler.join()
-        if wall < best[0]:
-            best = (wall, peak[0], os.waitstatus_to_exitcode(status))
-    return best
+    return wall, os.waitstatus_to_exitcode(status)
 
 
 def line(label: str, run: tuple[float, float, int], base: float, start: float, sites: int) -> str:

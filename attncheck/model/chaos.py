@@ -22,7 +22,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .reference import Reference
 
 # The twin's chaos times these is what a printed value (gross) and a node as a whole (systematic) may move past layer
 # 0: HEADROOM 1.5 times the largest ratio of a correct run's need to its twin's chaos, over the 315 runs of the `wide`
@@ -33,17 +32,15 @@ TWIN_GROSS = 2.62
 TWIN_SYSTEMATIC = 2.21
 
 
-def layer_chaos(ref: Reference, layer: int | None) -> tuple[float, float]:
-    """(chaos_max, chaos_row) of one layer of the reference (layer None: the output and the last l_out before it),
-    (0, 0) without a twin."""
-    if ref.twin is None:
-        return 0.0, 0.0
-    last = ref.hparams.n_layer - 1
+def divergence(tensors: Mapping, twin: dict, layer: int | None, last: int) -> tuple[float, float]:
+    """(chaos_max, chaos_row) of one layer from the two passes' nodes, keyed (layer, role) (layer None: the output
+    and the last l_out before it): measured as the forward pass goes (reference.forward_layers). Each of the twin's
+    nodes is dropped from `twin` once measured: it is read nowhere else."""
     worst, row = 0.0, 0.0
-    for key, a in ref.tensors.items():
+    for key, a in tensors.items():
         if not (key[0] == layer or (layer is None and key[0] == last and key[1] == "l_out")):
             continue
-        t = ref.twin.get(key)
+        t = twin.pop(key, None)
         if t is None or t.shape != a.shape or a.size == 0:
             continue
         m, r = _divergence(np.asarray(a, np.float32), np.asarray(t, np.float32))
@@ -51,18 +48,37 @@ def layer_chaos(ref: Reference, layer: int | None) -> tuple[float, float]:
     return worst, row
 
 
+def layer_chaos(ref, layer: int | None) -> tuple[float, float]:
+    """(chaos_max, chaos_row) of one layer of a reference.Reference (its chaos, measured by forward_layers as it
+    went; not imported: reference.py imports this module), (0, 0) without a twin."""
+    return ref.chaos.get(layer, (0.0, 0.0))
+
+
 def _divergence(a: np.ndarray, t: np.ndarray) -> tuple[float, float]:
     """|t − a| in units of a's rms (exact zeros, the softmax's masked weights, left out): the largest, and the
     largest median of a row (the last axis)."""
-    live = a[a != 0]
-    if live.size == 0:
+    rms = live_rms(a)
+    if rms == 0:
         return 0.0, 0.0
-    rms = float(np.sqrt(np.mean(np.square(live, dtype=np.float64))))
     with np.errstate(over="ignore", invalid="ignore"):
-        z = np.abs(t - a, dtype=np.float32)  # f32 (the values' own type): the median's partition is the cost
+        z = np.subtract(t, a, dtype=np.float32)  # f32 (the values' own type): the median's partition is the cost
+        np.abs(z, out=z)
         z *= np.float32(1 / rms)
-    z[~np.isfinite(z)] = 0
-    return float(z.max()), _largest_row_median(z.reshape(-1, z.shape[-1]))
+    top = z.max()
+    if not np.isfinite(top):
+        z[~np.isfinite(z)] = 0
+        top = z.max()
+    return float(top), _largest_row_median(z.reshape(-1, z.shape[-1]))
+
+
+def live_rms(a: np.ndarray) -> float:
+    """The rms of a's nonzero elements (exact zeros, the softmax's masked weights, left out), summed in f64: the unit
+    of the cascade allowance (node_expectation.py) and of the twin's divergence."""
+    n = np.count_nonzero(a)
+    if n == 0:
+        return 0.0
+    flat = np.asarray(a).reshape(-1)
+    return float(np.sqrt(np.einsum("i,i->", flat, flat, dtype=np.float64) / n))
 
 
 def _largest_row_median(z: np.ndarray) -> float:
@@ -76,11 +92,3 @@ def _largest_row_median(z: np.ndarray) -> float:
     if above.size:
         best = max(best, float(np.median(z[above], axis=-1).max()))
     return best
-
-
-def chaos_of(cache: Mapping, ref: Reference, layer: int | None) -> tuple[float, float]:
-    """layer_chaos, kept in `cache` (an Expected's) so that each layer is measured once."""
-    key = ("chaos", layer)
-    if key not in cache:
-        cache[key] = layer_chaos(ref, layer)
-    return cache[key]

@@ -163,6 +163,9 @@ class ModelChecker:
                 results.setdefault((ev.index, L.layer), []).extend(got)
                 if got:
                     ev.why[it.line] = ""
+            if not keep:  # one layer's reference at a time: not held while the next is computed
+                del exp
+                run.expected = None
         out = [self._site(ev, L, results.get((ev.index, L.layer), [])) for ev in self.work.evaluations
                for L in ev.layers]
         for ev in self.work.evaluations:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .chaos import chaos_of
+from .chaos import layer_chaos
 from .layer0 import U32, Layer0, gamma, rowdot
 from .reference import Reference
 from .steps import UNIT
@@ -42,20 +42,21 @@ class Expected(Layer0):
 
     def value(self, quantity: str, role: str, layer: int | None, position: int | None = None,
               key: str | None = None) -> np.ndarray:
-        """The reference in the canonical layout of `quantity` (mapping.CANONICAL), float64; rows [1, T, width]. A
-        rows node at `position` after its weight MUL_MAT gets the role's value at that node (Reference.at_node); a
-        node inside a role (chains.py) the value its key names."""
-        r = self.ref  # not cached: the reference holds it in f32 already, so memory stays that of one reference
+        """The reference in the canonical layout of `quantity` (mapping.CANONICAL), as the reference holds it (f32: no
+        copy; what reads it takes its elements or sums it in f64); rows [1, T, width]. A rows node at `position`
+        after its weight MUL_MAT gets the role's value at that node (Reference.at_node); a node inside a role
+        (chains.py) the value its key names."""
+        r = self.ref
         if key is not None:
-            v = np.asarray(r.get(layer, key), dtype=np.float64)
+            v = np.asarray(r.get(layer, key))
             return v[None] if quantity == "rows" else v
         if quantity == "rows":
-            return np.asarray(r.at_node(layer, role, position)[0][None], dtype=np.float64)
-        return np.asarray(r.get(layer, ROLE.get(quantity, quantity)), dtype=np.float64)
+            return np.asarray(r.at_node(layer, role, position)[0][None])
+        return np.asarray(r.get(layer, ROLE.get(quantity, quantity)))
 
     def chaos(self, layer: int | None) -> tuple[float, float]:
         """The twin's (chaos_max, chaos_row) of a reference layer (chaos.py)."""
-        return chaos_of(self._cache, self.ref, layer)
+        return layer_chaos(self.ref, layer)
 
     def norm_input(self, role: str, layer: int | None) -> np.ndarray | None:
         """The input [T, width] of the norm a rows node is the output of (None when it is not a norm's output): the

@@ -57,10 +57,10 @@ def dot(x: np.ndarray, w: np.ndarray, fmt: str, mins: np.ndarray | None = None) 
     for a float64 w, f32 (BLAS) for a float32 one."""
     xc, s_err = convert(x, fmt)
     dtype = F64 if w.dtype == F64 else F32
-    y = np.matmul(xc.astype(dtype), np.swapaxes(w, -1, -2).astype(dtype, copy=False))
+    y = np.matmul(xc.astype(dtype, copy=False), np.swapaxes(w, -1, -2).astype(dtype, copy=False))
     if s_err is not None and mins is not None:
         y = y + np.matmul(s_err, np.swapaxes(mins, -1, -2).astype(F64)).astype(dtype)
-    return y.astype(F32)
+    return y.astype(F32, copy=False)
 
 
 def weight_matmul(model: Model, name: str, x: np.ndarray, f16_src1: str = "convert", exact: bool = True) -> np.ndarray:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .bounds import DERIVED, DERIVED_ROWS
+from .chaos import live_rms
 from .expect import Expected
 from .grid import locate
 from .mapping import CANONICAL, Layer, Mapped
@@ -84,9 +85,8 @@ def _unit(exp: Expected, m: Mapped, ref: np.ndarray, position: int | None) -> np
     key = ("unit", m.ref_layer, m.key or m.quantity, m.role if m.quantity == "rows" else "", position)
     got = exp._cache.get(key)
     if got is None:
-        a = np.asarray(ref, np.float64)
-        live = a[a != 0]
-        rms = float(np.sqrt(np.mean(live * live))) if live.size else 0.0
+        a = np.asarray(ref)
+        rms = live_rms(a)
         got = np.broadcast_to(rms, a.shape)
         x = exp.norm_input(m.role, m.ref_layer) if m.quantity == "rows" and m.key in (None, m.role) else None
         if x is not None and x.shape[0] == a.shape[1]:

@@ -15,13 +15,15 @@ rows, and the output projection only at the vocabulary entries a dump prints (th
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..dump.sample import printed_indices
 from . import blocks, flash
 from .attention import Cache, attention
+from .chaos import divergence
 from .hparams import Hparams
 from .matmul import F16_SRC1, weight_matmul, weight_rows
 from .numerics import KV_TYPES
@@ -51,8 +53,9 @@ class Reference:
     # bias; the logits: bias, logit scale, soft-cap); the last is tensors[(layer, role)]
     steps: Mapping[tuple[int | None, str], tuple[np.ndarray, ...]] = field(default_factory=dict)
     fa: flash.Plan | None = None  # the flash-attention kernel of each position (flash.py); None without
-    # the same nodes from the twin pass (each weight MUL_MAT's output moved by f32 summation noise: chaos.py), or None
-    twin: Mapping[tuple[int | None, str], np.ndarray] | None = None
+    # per layer held (None: the output), the divergence of the twin pass from this one (each weight MUL_MAT's output
+    # moved by f32 summation noise): (chaos_max, chaos_row) (chaos.py); empty without the twin
+    chaos: Mapping[int | None, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def n_tokens(self) -> int:
@@ -257,7 +260,10 @@ TWIN_SEED = 1  # fixed: the same run gives the same verdict
 def _jitter(y: np.ndarray, n_in: int, rng: np.random.Generator) -> np.ndarray:
     """y [T, n_out] moved as another f32 summation order could move it (the twin pass)."""
     rms = np.sqrt(np.mean(np.square(y, dtype=np.float64), axis=-1, keepdims=True))
-    return (y + TWIN_JITTER * 2.0**-24 * np.sqrt(n_in) * rms * rng.uniform(-1, 1, y.shape)).astype(F32)
+    moved = rng.uniform(-1, 1, y.shape)
+    moved *= TWIN_JITTER * 2.0**-24 * np.sqrt(n_in) * rms
+    moved += y
+    return moved.astype(F32)
 
 
 def _start(model: Model, tokens: Sequence[int], kv_type: str, v_type: str | None, f16_src1: str):
@@ -289,8 +295,13 @@ def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16",
     """The forward pass one layer at a time, for memory that does not grow with depth: a Reference per layer holding
     that layer's nodes (the first also inp_embd, each the l_out of the layer before it: a norm's input), then one
     holding result_norm and result_output (and the last l_out). Each is dropped by the pass once yielded. twin: run
-    the twin pass beside it (Reference.twin; chaos.py); q_exact [n_tokens]: the queries whose kq took q as f32
-    (attention.py)."""
+    the twin pass beside it and measure its divergence (Reference.chaos; chaos.py); q_exact [n_tokens]: the queries
+    whose kq took q as f32 (attention.py).
+
+    Past layer 1, both passes compute layer il + 1 while the caller's thread measures the twin's divergence over
+    layer il (each twin node dropped once measured) and checks it: two layers held at a time, but not beside layer
+    0, whose checks hold its [H, T, T] error terms. The twin has a thread of its own: numpy lets go of the GIL.
+    """
     toks, v_type = _start(model, tokens, kv_type, v_type, f16_src1)
     hp = model.hparams
     t = len(toks)
@@ -299,15 +310,37 @@ def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16",
         raise ValueError(f"the flash-attention plan covers {len(fa.kernels)} positions, the prompt {t}")
     run = _Pass(model, f16_src1, cache, fa, q_exact=q_exact)
     other = _Pass(model, f16_src1, cache, fa, np.random.default_rng(TWIN_SEED), q_exact) if twin else None
+    last = hp.n_layer - 1
 
-    def part() -> Reference:
+    def part() -> tuple[Reference, dict | None]:
+        """The nodes computed since the last part, and the twin's."""
         ref = Reference(hparams=hp, tokens=tuple(toks), kv_type=kv_type, tensors=run.out, f16_src1=f16_src1,
-                        cache=cache, vocab_cols=run.cols, steps=run.steps, fa=fa,
-                        twin=other.out if other is not None else None)
+                        cache=cache, vocab_cols=run.cols, steps=run.steps, fa=fa)
+        twins = other.out if other is not None else None
         run.out, run.steps = {}, {}
         if other is not None:
             other.out, other.steps = {}, {}
-        return ref
+        return ref, twins
+
+    def step(il: int, x: np.ndarray, xt: np.ndarray, twin_thread: ThreadPoolExecutor):
+        """Layer il of both passes (il = n_layer: the output) from the l_out before each: (x, xt, (the Reference of
+        the layer, the twin's nodes of it))."""
+        if il > 0:  # the next layer's norm input (and result_norm's)
+            run.out[(il - 1, "l_out")] = x
+            if other is not None:
+                other.out[(il - 1, "l_out")] = xt
+        if il == hp.n_layer:
+            cur = run.norm("output_norm", x, key=(None, "result_norm"))
+            run.out[(None, "result_output")], run.cols = run.logits(cur)
+            if other is not None:
+                xt = other.norm("output_norm", xt, key=(None, "result_norm"))
+                other.out[(None, "result_output")], _ = other.logits(xt)
+            return x, xt, part()
+        twin_layer = twin_thread.submit(other.layer, il, xt) if other is not None else None
+        x = run.layer(il, x)
+        if twin_layer is not None:
+            xt = twin_layer.result()
+        return x, xt, part()
 
     steps = [model.rows("token_embd.weight", toks)]  # GET_ROWS dequantizes exactly
     if hp.forward.positions == "learned":
@@ -317,19 +350,17 @@ def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16",
         steps.append(blocks.scale(steps[-1], hp.embd_scale))
     run.keep((None, "inp_embd"), steps, ("tok", "pos"))
     x = xt = steps[-1]
-    for il in range(hp.n_layer):
-        x = run.layer(il, x)
-        if other is not None:
-            xt = other.layer(il, xt)
-        yield part()
-        run.out[(il, "l_out")] = x  # the next layer's norm input (and result_norm's)
-        if other is not None:
-            other.out[(il, "l_out")] = xt
-    cur = run.norm("output_norm", x, key=(None, "result_norm"))
-    run.out[(None, "result_output")], run.cols = run.logits(cur)
-    if other is not None:
-        other.out[(None, "result_output")], _ = other.logits(other.norm("output_norm", xt, key=(None, "result_norm")))
-    yield part()
+    with ThreadPoolExecutor(1) as ahead, ThreadPoolExecutor(1) as twin_thread:
+        coming = None
+        for il in range(hp.n_layer + 1):
+            x, xt, (ref, twins) = coming.result() if coming is not None else step(il, x, xt, twin_thread)
+            coming = ahead.submit(step, il + 1, x, xt, twin_thread) if 0 < il < hp.n_layer else None
+            if twins is not None:  # measured here, on the caller's thread, while the next layer is computed
+                layer = il if il < hp.n_layer else None
+                ref = replace(ref, chaos={layer: divergence(ref.tensors, twins, layer, last)})
+                del twins
+            yield ref
+            del ref
 
 
 def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
@@ -341,14 +372,13 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type
     iq4_nl."""
     tensors: dict = {}
     steps: dict = {}
-    others: dict | None = {} if twin else None
+    chaos: dict = {}
     ref = None
     for ref in forward_layers(model, tokens, kv_type=kv_type, v_type=v_type, f16_src1=f16_src1, rotates=rotates,
                               fa=fa, twin=twin, q_exact=q_exact):
         tensors.update(ref.tensors)
         steps.update(ref.steps)
-        if others is not None and ref.twin is not None:
-            others.update(ref.twin)
+        chaos.update(ref.chaos)
     assert ref is not None
     return Reference(hparams=ref.hparams, tokens=ref.tokens, kv_type=kv_type, tensors=tensors, f16_src1=f16_src1,
-                     cache=ref.cache, vocab_cols=ref.vocab_cols, steps=steps, fa=fa, twin=others)
+                     cache=ref.cache, vocab_cols=ref.vocab_cols, steps=steps, fa=fa, chaos=chaos)

@@ -2,6 +2,7 @@
 the build that made the dump (chosen on layer 0), and what the JSON keeps of it."""
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +18,6 @@ from . import flash
 from .numerics import KV_TYPES
 from .reference import forward, forward_layers
 from .token_ids import recover
-
 from .weights import Model
 
 EMBEDDINGS = "embeddings"  # Run.origin of ids looked up in the model's embedding table
@@ -178,6 +178,8 @@ class Runs:
         for at, exp in enumerate(self._calibrated(run, lambda s1: self._forward_layers(run, s1), first_only=True)):
             yield exp, (lambda m, at=at: m.ref_layer == at if m.ref_layer is not None else
                         at == (0 if m.role in INPUT_ROLES else n_layer))
+            del exp  # not held while the next layer is computed
+            _give_back()
 
     @staticmethod
     def _flash(run: Run) -> flash.Plan | None:
@@ -208,7 +210,10 @@ class Runs:
             for ref in forward_layers(self.model, run.tokens, kv_type=run.kv[0], v_type=run.kv[1], f16_src1=f16_src1,
                                       rotates=run.rotates, fa=self._flash(run), twin=True,
                                       q_exact=self._q_exact(run)):
-                yield Expected(ref, run.kv[0], self.model)
+                exp = Expected(ref, run.kv[0], self.model)
+                del ref
+                yield exp
+                del exp  # not held while the next layer is computed
         except ValueError as e:
             raise DumpError(self.source, run.line,
                             f"--model cannot reproduce this run with {self.model.path}: {e}") from None
@@ -315,3 +320,22 @@ def _chain(first, rest):
     del first
     yield held.pop()
     yield from rest
+
+
+def _trim():
+    """glibc's malloc_trim, or None (another C library)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _trim()
+
+
+def _give_back() -> None:
+    """Hand the heap a checked layer freed back to the system. Its arrays are freed in the middle of the heaps of
+    three threads (reference.forward_layers), which glibc keeps for reuse otherwise: on gemma-3-270m at 545 tokens
+    the peak RSS grew by 100 MB without this."""
+    if _TRIM is not None:
+        _TRIM(0)

@@ -178,21 +178,21 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     opts = _options(options, kw)
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
-    report = Report(source=dump.source, kq_scale=opts.kq_scale, tolerance=opts.tolerance, heads=opts.heads)
     context = open_model(opts.model) if opts.model is not None else None
     header, path = (context.header, context.path) if context is not None else (None, None)
     shape = require_shape(header.meta, header.path) if header is not None else None
+    given = given_facts(opts, header)  # its kq_scale is the one the report, the dump-only and the --model checks use
+    report = Report(source=dump.source, kq_scale=given.kq_scale, tolerance=opts.tolerance, heads=opts.heads)
     # per-head figures only for an observer (the HTML page): no report or JSON shows them, and they are half the
     # memory a SiteReport holds
-    checker = DumpChecker(dump.source, given_facts(opts, header), opts.layers, opts.heads, opts.tolerance,
-                          per_head=observe is not None)
+    checker = DumpChecker(dump.source, given, opts.layers, opts.heads, opts.tolerance, per_head=observe is not None)
     model = None
     if header is not None:
         entry = context.entry
         if entry is not None and entry.forward is not None:
             from .model.checker import ModelChecker  # imports gguf: only when a model is given
 
-            model = ModelChecker(path, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens, header=header,
+            model = ModelChecker(path, dump.source, kq_scale=given.kq_scale.value, tokens=opts.tokens, header=header,
                                  layers=opts.layers, heads=opts.heads, require_ids=opts.require_ids,
                                  deferred=observe is None)  # the HTML page draws each evaluation's reference
         else:

@@ -92,7 +92,8 @@ def head_page(dump: Dump | str | BinaryIO, layer: int, head: int, *, query: int 
     mw = reference = None
     entry = model.entry if model is not None else None
     if entry is not None and entry.forward is not None:
-        mw, model_reports, reference = model_walk_site(src, ev, site, w, model, kq_scale, tokens)  # type: ignore
+        mw, model_reports, reference = model_walk_site(src, ev, site, w, model, given.kq_scale.value,  # type: ignore
+                                                       tokens)
         reports = merge(reports, model_reports)
     collected = PageData(src, only, layers)
     collected.evaluation(ev, reference)

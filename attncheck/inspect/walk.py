@@ -22,7 +22,7 @@ from ..dump.attention import Site
 from ..dump.graph import Dump, Evaluation, read_dump
 from ..dump.sample import Sample, parse_sample
 from ..errors import DumpError
-from ..verify import pinned_facts, recomputed
+from ..verify import Options, given_facts, pinned_facts, recomputed
 from .records import HeadWalk, MaskRange, QueryRow, Rows, WeightedSum
 from .shapes import shapes
 
@@ -98,11 +98,13 @@ def walk(dump: Dump | str | BinaryIO, layer: int, head: int, query: int | None =
          kq_scale: float | None = None, given: AttentionFacts | None = None) -> HeadWalk:
     """Walk head `head` of layer `layer` in evaluation `evaluation` for one query (default: see `default_query`).
 
-    given: facts from a model or options (verify.given_facts); what they leave open is pinned on the run."""
+    given: facts from a model or options (verify.given_facts; without it, kq_scale's); what they leave open is
+    pinned on the run."""
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
     ev, site, run_views = select(dump, evaluation, layer)
-    return walk_site(dump.source, ev, site, head, query, run_views, given or AttentionFacts())
+    given = given if given is not None else given_facts(Options(kq_scale=kq_scale))
+    return walk_site(dump.source, ev, site, head, query, run_views, given)
 
 
 def walk_site(src: str, ev: Evaluation, site: Site, head: int, query: int | None, run_views: list[SiteView],

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .arch.facts import AttentionFacts, Fact
 from .results import FixedTolerance, SiteReport, json_number
 
 SCHEMA = 1
@@ -15,7 +16,9 @@ WEAK = ("finite", "sum")
 @dataclass
 class Report:
     source: str
-    kq_scale: float | None = None  # given with --kq-scale; None: 1/sqrt(D_h)
+    # the scale given before any run was read (verify.given_facts: --kq-scale, else the model's header, else
+    # 1/sqrt(D_h)); each run's pinned one is in `facts`, and each site's value in its SiteReport
+    kq_scale: Fact = AttentionFacts().kq_scale
     tolerance: FixedTolerance | None = None  # --atol/--rtol; None: the bounds derived per element (bounds.py)
     sites: list[SiteReport] = field(default_factory=list)
     evaluations: int = 0
@@ -89,11 +92,9 @@ class Report:
     def kq_scale_fact(self) -> dict:
         """The SOFT_MAX scale as one fact (value, origin, detail), the one every run's facts hold; when runs differ,
         value None and each run's under "runs"."""
-        given = ({"value": self.kq_scale, "origin": "option", "detail": "--kq-scale"} if self.kq_scale is not None
-                 else {"value": None, "origin": "default", "detail": "1/sqrt(D_h)"})
         per_run = [r["kq_scale"] for r in self.facts if "kq_scale" in r]
-        if not per_run:
-            return given
+        if not per_run:  # no run pinned one: the scale given, the one the --model checks used
+            return self.kq_scale.to_dict()
         if all(f == per_run[0] for f in per_run):
             return per_run[0]
         return {"value": None, "origin": "per run", "detail": "the runs' facts differ", "runs": per_run}

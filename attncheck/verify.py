@@ -15,11 +15,16 @@ from .arch.gguf_header import Header
 from .arch.header import facts_from_header, require_shape
 from .arch.log_header import LogHeader
 from .arch.vocab import token_text
+from .check import checks
+from .check.checks import Elements
 from .check.dumponly import DumpChecker
+from .check.hypotheses import pin
 from .report import Report
 from .dump.graph import Dump, Evaluation, read_dump
 from .errors import DumpError, printable
 from .results import FixedTolerance, SiteReport
+from .sites.heads import SiteView, Stack
+from .sites.resolve import Extra
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,32 @@ def given_facts(opts: Options, header: Header | None = None, log: LogHeader | No
     if opts.kq_scale is not None:
         facts = facts.with_(kq_scale=Fact(float(opts.kq_scale), OPTION, "--kq-scale"))
     return facts
+
+
+def pinned_facts(views: list[SiteView], given: AttentionFacts) -> tuple[AttentionFacts, Extra]:
+    """The facts `check` pins on a run's sites (check/hypotheses.py: the given ones kept, the rest tested on the
+    printed rows) and the uncertainties a fitted one adds: what inspect walks a head under."""
+    scored, _ = pin(views, given)
+    return scored.facts, scored.extra
+
+
+RECOMPUTED = {"softmax": checks.softmax_rows, "ratio": checks.softmax_ratio, "pv": checks.pv}
+
+
+def recomputed(check: str, stack: Stack, head: int, query: int) -> Elements:
+    """One printed row of a dump-only check's recomputation (check/checks.py) over a stack: its slots or dims (x),
+    the dumped and recomputed values and their bounds, as `check` compares them (head, query: printed positions;
+    check: a key of RECOMPUTED), so inspect shows the very numbers `check` compared."""
+    el = RECOMPUTED[check](stack)
+    sel = (el.h == head) & (el.t == query)
+    return el._replace(**{k: getattr(el, k)[sel] for k in ("got", "want", "bound", "s", "h", "t", "x")})
+
+
+def head_reports(source: str, ev: Evaluation, facts: AttentionFacts, layer: int, head: int) -> list[SiteReport]:
+    """The dump-only checks of one head of one layer of an evaluation, under facts already pinned on its run
+    (pinned_facts), as `check --layer --head` reports them: inspect --html's page."""
+    checker = DumpChecker(source, facts, frozenset({layer}), frozenset({head}))
+    return checker.check(ev) + checker.finish()[0]
 
 
 def _fits(shape: tuple[int, list[int]], sites, source: str, header: Header) -> None:
@@ -147,21 +178,21 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     opts = _options(options, kw)
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
-    report = Report(source=dump.source, kq_scale=opts.kq_scale, tolerance=opts.tolerance, heads=opts.heads)
     context = open_model(opts.model) if opts.model is not None else None
     header, path = (context.header, context.path) if context is not None else (None, None)
     shape = require_shape(header.meta, header.path) if header is not None else None
+    given = given_facts(opts, header)  # its kq_scale is the one the report, the dump-only and the --model checks use
+    report = Report(source=dump.source, kq_scale=given.kq_scale, tolerance=opts.tolerance, heads=opts.heads)
     # per-head figures only for an observer (the HTML page): no report or JSON shows them, and they are half the
     # memory a SiteReport holds
-    checker = DumpChecker(dump.source, given_facts(opts, header), opts.layers, opts.heads, opts.tolerance,
-                          per_head=observe is not None)
+    checker = DumpChecker(dump.source, given, opts.layers, opts.heads, opts.tolerance, per_head=observe is not None)
     model = None
     if header is not None:
         entry = context.entry
         if entry is not None and entry.forward is not None:
             from .model.checker import ModelChecker  # imports gguf: only when a model is given
 
-            model = ModelChecker(path, dump.source, kq_scale=opts.kq_scale, tokens=opts.tokens, header=header,
+            model = ModelChecker(path, dump.source, kq_scale=given.kq_scale.value, tokens=opts.tokens, header=header,
                                  layers=opts.layers, heads=opts.heads, require_ids=opts.require_ids,
                                  deferred=observe is None)  # the HTML page draws each evaluation's reference
         else:

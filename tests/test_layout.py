@@ -14,9 +14,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "attncheck"
 LAYER = {"errors": 0, "precision": 0, "commands": 0, "results": 1, "report": 1, "arch": 1, "dump": 1, "checker": 2,
          "sites": 2, "check": 3, "model": 3, "present": 3, "verify": 4, "listing": 4, "inspect": 5, "diff": 5,
          "cli": 6, "__init__": 6, "__main__": 7}
-# the parts that may import the dump-only checker's modules besides itself: verify drives it, the command line
-# builds its options; inspect walks one head through its checks (checks.py's recomputations, hypotheses.pin's facts)
-INTO_CHECK = {"check", "verify", "cli", "inspect"}
+# the parts that may import the dump-only checker's modules besides itself: verify drives it (and hands inspect the
+# facts it pins and the recomputations of one head), the command line builds its options
+INTO_CHECK = {"check", "verify", "cli"}
 MAX_LINES = 400
 
 

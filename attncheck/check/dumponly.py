@@ -19,7 +19,8 @@ from .gather import EvalData, Pending, gather
 from ..sites.heads import SiteView, Stack, Under, select_heads, stacks
 from .fits import inferred_scale
 from .hypotheses import pin
-from .scoring import FIXED, Scored, site_facts
+from ..sites.resolve import site_facts
+from .scoring import FIXED, Scored
 
 MAX_BUFFERED = 20000  # sites of one run kept to pin its facts; past that, the rest of the run is checked as it comes
 EARLY = 64  # sites of a run after which its sites are checked as they come, under facts pinned on those (see Early)

@@ -12,7 +12,8 @@ from .. import precision
 from ..arch.facts import DEFAULT, INFERRED, AttentionFacts, Fact, Window
 from . import checks
 from ..sites.heads import SiteView, Under, stacks
-from .scoring import Extra, Scored, site_facts
+from ..sites.resolve import Extra, site_facts
+from .scoring import Scored
 
 
 def inferred_scale(views: list[SiteView], facts: AttentionFacts) -> tuple[float, int] | None:

@@ -25,7 +25,8 @@ import numpy as np
 from ..arch.facts import DEFAULT, INFERRED, STRUCTURE, AttentionFacts, Fact, scale_words
 from .fits import FittedScale, alibi_candidates, fit_scale, fit_sinks, fit_window, inferred_scale, round_scale
 from ..sites.heads import SiteView
-from .scoring import FIXED, Extra, Scored, default_scale, score
+from ..sites.resolve import Extra, default_scale
+from .scoring import FIXED, Scored, score
 
 def pin(views: list[SiteView], given: AttentionFacts) -> tuple[Scored, list[str]]:
     """The hypothesis pinned for a run's views, and what was tried (for the report).

@@ -1,46 +1,18 @@
 """A hypothesis (a set of attention facts) scored on a run's printed rows: which rows it leaves failing or not
-checkable. hypotheses.py pins the best; fits.py fits the parameters some hypotheses need."""
+checkable (each site under the run's facts resolved for it, sites/resolve.py). hypotheses.py pins the best; fits.py
+fits the parameters some hypotheses need."""
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..arch.facts import AttentionFacts, alibi_slopes
+from ..arch.facts import AttentionFacts
 from . import checks
 from ..sites.heads import SiteView, Stack, stacks
-from ..sites.mask import SiteFacts
+from ..sites.resolve import Extra, site_facts
 
 FIXED = ("option", "model", "log")
-
-
-def default_scale(D_h: int | None) -> float:
-    """llama.cpp's kq_scale for most architectures: 1/sqrt(D_h), D_h = ne0 of q."""
-    return 1.0 / math.sqrt(D_h) if D_h else 1.0
-
-
-def site_facts(facts: AttentionFacts, view: SiteView, extra: "Extra | None" = None) -> SiteFacts:
-    """The run's facts resolved for one site (its layer, D_h, H)."""
-    site = view.site
-    s = facts.kq_scale.value
-    if isinstance(s, dict):  # fitted per D_h (hypotheses.fitted_fact)
-        s = s.get(site.D_h)
-    scale = default_scale(site.D_h) if s is None else s
-    mb = facts.alibi_max_bias.value
-    sinks = facts.sinks_for(site.layer)
-    err = None if extra is None else extra.sink_err.get(site.layer)
-    return SiteFacts(kq_scale=scale, causal=facts.causal.value, window=facts.window_for(site.layer),
-                     slopes=alibi_slopes(mb, site.H) if mb else None, sinks=sinks,
-                     scale_err=0.0 if extra is None else extra.scale_err, sink_err=err)
-
-
-@dataclass
-class Extra:
-    """What a fitted hypothesis knows beyond AttentionFacts: uncertainties that widen the bounds."""
-
-    scale_err: float = 0.0
-    sink_err: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass

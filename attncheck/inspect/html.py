@@ -10,12 +10,10 @@ import numpy as np
 from rich.text import Text
 
 from ..arch.context import open_model
-from ..check.dumponly import DumpChecker
-from ..check.hypotheses import pin
 from ..present.html import document, esc, lines, table, token_texts
 from ..present.page import PageData
 from ..dump.graph import Dump, read_dump
-from ..verify import Options, given_facts, merge
+from ..verify import Options, given_facts, head_reports, merge, pinned_facts
 from .model_walk import ModelWalk, model_walk_site
 from .render import _err, _fmt, mask_line, verdict
 from .walk import HeadWalk, select, span, walk_site
@@ -90,12 +88,12 @@ def head_page(dump: Dump | str | BinaryIO, layer: int, head: int, *, query: int 
     ev, site, run_views = select(dump, evaluation, layer)
     w = walk_site(src, ev, site, head, query, run_views, given)
     only, layers = frozenset({head}), frozenset({layer})
-    checker = DumpChecker(src, pin(run_views, given)[0].facts, layers, only)  # the facts the walk used
-    reports = checker.check(ev) + checker.finish()[0]
+    reports = head_reports(src, ev, pinned_facts(run_views, given)[0], layer, head)  # the facts the walk used
     mw = reference = None
     entry = model.entry if model is not None else None
     if entry is not None and entry.forward is not None:
-        mw, model_reports, reference = model_walk_site(src, ev, site, w, model, kq_scale, tokens)  # type: ignore
+        mw, model_reports, reference = model_walk_site(src, ev, site, w, model, given.kq_scale.value,  # type: ignore
+                                                       tokens)
         reports = merge(reports, model_reports)
     collected = PageData(src, only, layers)
     collected.evaluation(ev, reference)

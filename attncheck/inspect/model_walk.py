@@ -94,18 +94,22 @@ def walk_with_model(dump: Dump | str | BinaryIO, layer: int, head: int, model, q
                     evaluation: int = 0, kq_scale: float | None = None,
                     tokens: tuple[int, ...] | None = None,
                     given: AttentionFacts | None = None) -> tuple[HeadWalk, ModelWalk]:
-    """The walk of `walk.walk`, and the model's full rows for the same evaluation, layer, head and query."""
+    """The walk of `walk.walk`, and the model's full rows for the same evaluation, layer, head and query, both under
+    the given facts (verify.given_facts: kq_scale's and the model's header's when not given)."""
+    model = open_model(model)
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
     ev, site, run_views = select(dump, evaluation, layer)
-    w = walk_site(dump.source, ev, site, head, query, run_views, given or AttentionFacts())
-    return w, model_walk_site(dump.source, ev, site, w, model, kq_scale, tokens)[0]
+    given = given if given is not None else given_facts(Options(kq_scale=kq_scale), model.header)
+    w = walk_site(dump.source, ev, site, head, query, run_views, given)
+    return w, model_walk_site(dump.source, ev, site, w, model, given.kq_scale.value, tokens)[0]
 
 
 def model_walk_site(src: str, ev: Evaluation, site: Site, w: HeadWalk, model, kq_scale: float | None = None,
                     tokens: tuple[int, ...] | None = None) -> tuple[ModelWalk, list[SiteReport], Reference]:
     """The model's side of a walk of one selected site, with the --model SiteReports of the walked layer (this
-    head's elements only) and the run's reference."""
+    head's elements only) and the run's reference; kq_scale: the given fact's (verify.given_facts), None for the
+    model's header's own."""
     layer, head, model = w.layer, w.head, open_model(model)
     checker = ModelChecker(model.path, src, kq_scale=kq_scale, tokens=tokens, header=model.header,
                            layers=frozenset({layer}), heads=frozenset({head}))

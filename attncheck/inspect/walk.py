@@ -2,8 +2,9 @@
 
 `walk(dump, layer, head)` picks a site and returns a `HeadWalk` (records.py): numbers only, no printing
 (render.py shows them). Per-head views as in docs/format.md §4: Q_h, O_h [T, D_h]; K_h, V_h [n_kv, D_h];
-S_h, P_h [T, n_kv]. The recomputations and bounds are those of checks.py (softmax over the visible slots,
-Σ_j p_j v_j with the dumped p_j), so `inspect` and `check` agree on every element.
+S_h, P_h [T, n_kv]. The facts are those `check` pins on the run, and the recomputations and bounds those of its
+checks (check/checks.py: softmax over the visible slots, Σ_j p_j v_j with the dumped p_j), both reached through
+verify.py, so `inspect` and `check` agree on every element.
 """
 from __future__ import annotations
 
@@ -13,16 +14,15 @@ from typing import BinaryIO
 import numpy as np
 
 from ..arch.facts import DEFAULT, AttentionFacts
-from ..check import checks
 from ..sites.heads import SiteView, Under, kv_head, site_view
-from ..check.hypotheses import pin
-from ..check.scoring import site_facts
 from ..sites.mask import EMPTY, LATER, OUTSIDE_WINDOW, REASONS, VISIBLE, full_mask
+from ..sites.resolve import site_facts
 from ..report import Report
 from ..dump.attention import Site
 from ..dump.graph import Dump, Evaluation, read_dump
 from ..dump.sample import Sample, parse_sample
 from ..errors import DumpError
+from ..verify import Options, given_facts, pinned_facts, recomputed
 from .records import HeadWalk, MaskRange, QueryRow, Rows, WeightedSum
 from .shapes import shapes
 
@@ -98,11 +98,13 @@ def walk(dump: Dump | str | BinaryIO, layer: int, head: int, query: int | None =
          kq_scale: float | None = None, given: AttentionFacts | None = None) -> HeadWalk:
     """Walk head `head` of layer `layer` in evaluation `evaluation` for one query (default: see `default_query`).
 
-    given: facts from a model or options (verify.given_facts); what they leave open is pinned on the run."""
+    given: facts from a model or options (verify.given_facts; without it, kq_scale's); what they leave open is
+    pinned on the run."""
     if not isinstance(dump, Dump):
         dump = read_dump(dump)
     ev, site, run_views = select(dump, evaluation, layer)
-    return walk_site(dump.source, ev, site, head, query, run_views, given or AttentionFacts())
+    given = given if given is not None else given_facts(Options(kq_scale=kq_scale))
+    return walk_site(dump.source, ev, site, head, query, run_views, given)
 
 
 def walk_site(src: str, ev: Evaluation, site: Site, head: int, query: int | None, run_views: list[SiteView],
@@ -110,14 +112,14 @@ def walk_site(src: str, ev: Evaluation, site: Site, head: int, query: int | None
     """The walk of one selected site (select()) under the facts pinned on its run."""
     printable = lambda n: n is not None and not n.quantized  # noqa: E731
     view = next(v for v in run_views if v.site.softmax.line == site.softmax.line)
-    pinned, _ = pin(run_views, given)
-    facts = site_facts(pinned.facts, view, pinned.extra)
+    pinned, extra = pinned_facts(run_views, given)
+    facts = site_facts(pinned, view, extra)
     K = parse_sample(site.k, src) if printable(site.k) else None
     Q = parse_sample(site.q, src) if printable(site.q) else None
     V = parse_sample(site.v, src) if printable(site.v) else None
-    lines = _facts_used(pinned.facts, facts.kq_scale)
+    lines = _facts_used(pinned, facts.kq_scale)
     w = head_walk(src, ev, site, head, query, Under(view, facts), lines, V=V, K=K, Q=Q)
-    if pinned.facts.window.origin == DEFAULT and not (w.row.whole and _within(w.row)):
+    if pinned.window.origin == DEFAULT and not (w.row.whole and _within(w.row)):
         w = replace(w, window_unknown=True)
     return w
 
@@ -244,8 +246,8 @@ def _mask_ranges(reason: np.ndarray, bias: bool) -> tuple[MaskRange, ...]:
 
 
 def _query_row(u: Under, hp: int, tp: int) -> QueryRow:
-    """kq, scaled (+ ALiBi), mask, softmax recomputed as the checks recompute it (checks.softmax_rows or
-    checks.softmax_ratio, so inspect and check agree on every element), errors and bounds."""
+    """kq, scaled (+ ALiBi), mask, softmax recomputed as the checks recompute it (verify.recomputed: check/checks.py's
+    softmax_rows or softmax_ratio, so inspect and check agree on every element), errors and bounds."""
     view = u.view
     p = view.P[hp, tp]
     s = view.S[hp, tp] if view.S is not None else None
@@ -260,10 +262,9 @@ def _query_row(u: Under, hp: int, tp: int) -> QueryRow:
     if scaled is None:
         why = "the scores SOFT_MAX reads were not printed"
     else:
-        el = checks.softmax_rows(u.stack) if whole else checks.softmax_ratio(u.stack)
-        sel = (el.h == hp) & (el.t == tp)
-        softmax[el.x[sel]] = el.want[sel]
-        bound[el.x[sel]] = el.bound[sel]
+        el = recomputed("softmax" if whole else "ratio", u.stack, hp, tp)
+        softmax[el.x] = el.want
+        bound[el.x] = el.bound
         if not whole:
             n_vis = int(u.n_visible[tp])
             unprinted = np.setdiff1d(np.flatnonzero(full_mask(view.geometry, u.facts, view.queries[tp:tp + 1])
@@ -286,7 +287,7 @@ def _query_row(u: Under, hp: int, tp: int) -> QueryRow:
 
 
 def _weighted(u: Under, row: QueryRow, hp: int, tp: int, V_h: Rows | None) -> tuple[WeightedSum | None, str]:
-    """Σ_j p_j v_j over the visible slots with the dumped p_j (as checks.pv computes it), beside kqv."""
+    """Σ_j p_j v_j over the visible slots with the dumped p_j (as check/checks.py's pv computes it), beside kqv."""
     view = u.view
     if view.O is None:
         return None, "kqv (MUL_MAT(v, kq_soft_max)) was not printed"
@@ -294,13 +295,12 @@ def _weighted(u: Under, row: QueryRow, hp: int, tp: int, V_h: Rows | None) -> tu
         return None, "V_h was not printed"
     if not row.whole:
         return None, "the row's visible slots were not all printed"
-    el = checks.pv(u.stack)
-    sel = (el.h == hp) & (el.t == tp)
-    if not sel.any():
+    el = recomputed("pv", u.stack, hp, tp)
+    if not len(el.x):
         return None, "the KV head this head reads was not printed"
     vis = row.visible
     p = np.where(vis, row.kq_soft_max, 0.0)
     terms = p[:, None] * view.V[hp].T  # [j, d]
-    d = el.x[sel]
-    return WeightedSum(view.dims[d], view.slots[vis], terms[vis][:, d], el.want[sel], el.got[sel],
-                       np.abs(el.got[sel] - el.want[sel]), el.bound[sel]), ""
+    d = el.x
+    return WeightedSum(view.dims[d], view.slots[vis], terms[vis][:, d], el.want, el.got, np.abs(el.got - el.want),
+                       el.bound), ""

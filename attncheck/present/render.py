@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..arch.facts import scale_words
+from ..arch.facts import OPTION, scale_words
 from ..arch.vocab import token_unit
 from ..errors import markup, printable
 from ..results import SiteReport, describe
@@ -277,8 +277,8 @@ def coverage_lines(report: Report) -> list[str]:
     t = report.totals()
     s0 = report.sites[0]
     origin = next((r["kq_scale"] for r in report.facts), {"origin": "default"})
-    if report.kq_scale is not None:
-        scale = f"given {report.kq_scale:g}"
+    if report.kq_scale.origin == OPTION:
+        scale = f"given {report.kq_scale.value:g}"
     elif origin.get("origin") == "default":
         scale = f"1/sqrt(D_h) = {s0.kq_scale:.6g}"
     else:

@@ -72,10 +72,10 @@ def merge(*per_checker: list[SiteReport]) -> list[SiteReport]:
 def given_facts(opts: Options, header: Header | None = None, log: LogHeader | None = None) -> AttentionFacts:
     """The facts a model's header (else the GGUF keys a 2024 log printed) and the options give (an option over
     the header); the rest stay open to the hypotheses of check/hypotheses.py."""
-    if header is not None:
-        facts = facts_from_header(header.meta, MODEL, header.tensor)
+    if header is not None:  # with a 2024 log, as a build of then read the header (arch/header.py era_2024)
+        facts = facts_from_header(header.meta, MODEL, header.tensor, era_2024=log is not None)
     else:
-        facts = AttentionFacts() if log is None else facts_from_header(log.meta, LOG)
+        facts = AttentionFacts() if log is None else facts_from_header(log.meta, LOG, era_2024=True)
     if opts.kq_scale is not None:
         facts = facts.with_(kq_scale=Fact(float(opts.kq_scale), OPTION, "--kq-scale"))
     return facts
@@ -144,16 +144,18 @@ class Read:
     cut: object = None  # the node (or NodeRef) the dump ended inside
     evaluations: int = 0
     flash: int = 0
-    log: object = None  # the log header whose facts the checker holds (no --model)
+    log: object = None  # the 2024 log header whose facts the checker holds
 
 
-def _log_facts(checker: DumpChecker, opts: Options, read: Read, log: LogHeader | None) -> list[SiteReport]:
+def _log_facts(checker: DumpChecker, opts: Options, read: Read, log: LogHeader | None,
+               header: Header | None = None) -> list[SiteReport]:
     """A run whose log printed its model's GGUF keys (a 2024 log) is checked under their facts, as under a model's
-    header: the run before ends under the facts it was read with."""
+    header, and with --model under the model's as a build of 2024 read them: the run before ends under the facts it
+    was read with."""
     if log is read.log:
         return []
     out = checker._close()
-    checker.given, read.log = given_facts(opts, log=log), log
+    checker.given, read.log = given_facts(opts, header, log), log
     return out
 
 
@@ -200,18 +202,18 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
                             "note": f"attncheck has no reference forward pass for {header.arch!r}: the printed numbers "
                                     "are checked from the dump alone, under the attention facts its header gives"}
     fits = (lambda infos: _fits(shape, infos, dump.source, header)) if shape is not None else None
-    logs = opts if header is None else None  # without --model, a 2024 log's GGUF keys give the facts
+    logs = opts  # a 2024 log's GGUF keys give the facts (with --model, its era: given_facts)
     identity = None
     if header is not None and model is None:  # no reference: the printed embedding rows still tell whose dump it is
         from .model.identity import checker as identity_checker
 
         identity = identity_checker(path, header, dump.source, opts.tokens)
     if model is None and identity is None and observe is None and not opts.fail_fast:
-        from_dump, read = _by_parts(dump, checker, opts.jobs, progress, fits, logs)
+        from_dump, read = _by_parts(dump, checker, opts.jobs, progress, fits, logs, header)
         from_model: list[SiteReport] = []
     else:
         from_dump, from_model, read = _by_evaluation(dump, checker, model, opts, report, progress, observe, fits,
-                                                     logs, identity)
+                                                     logs, identity, header)
     held, summary = checker.finish(complete=not report.stopped_early)
     from_dump += held
     if model is not None:
@@ -235,7 +237,7 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
 
 
 def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits,
-              logs: Options | None = None) -> tuple[list[SiteReport], Read]:
+              logs: Options | None = None, header: Header | None = None) -> tuple[list[SiteReport], Read]:
     """The dump read in parts (in worker processes when jobs > 1), taken in by the checker in dump order."""
     from .check.gather import gather
     from .dump.pool import Replay, gathered, jobs_default
@@ -253,7 +255,8 @@ def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits
         for ev in replay.take(part):
             if logs is not None:
                 k = ev.run - replay.implicit
-                out += _log_facts(checker, logs, read, replay.runs[k].header if 0 <= k < len(replay.runs) else None)
+                out += _log_facts(checker, logs, read, replay.runs[k].header if 0 <= k < len(replay.runs) else None,
+                                  header)
             if fits is not None:
                 fits([p.site for p in ev.pending])
             read.evaluations += 1
@@ -271,7 +274,8 @@ def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits
 
 
 def _by_evaluation(dump: Dump, checker: DumpChecker, model, opts: Options, report: Report, progress, observe,
-                   fits, logs: Options | None = None, identity=None) -> tuple[list[SiteReport], list[SiteReport], Read]:
+                   fits, logs: Options | None = None, identity=None,
+                   header: Header | None = None) -> tuple[list[SiteReport], list[SiteReport], Read]:
     """The dump read evaluation by evaluation in this process: the --model checks need each evaluation's nodes (and
     identity, a model without a reference: model/identity.py)."""
     read = Read()
@@ -281,7 +285,7 @@ def _by_evaluation(dump: Dump, checker: DumpChecker, model, opts: Options, repor
         if identity is not None:
             identity(ev)
         if logs is not None:
-            from_dump += _log_facts(checker, logs, read, _log_header(dump, ev))
+            from_dump += _log_facts(checker, logs, read, _log_header(dump, ev), header)
         if fits is not None:
             fits(ev.sites)
         read.evaluations += 1

@@ -327,3 +327,23 @@ def test_q8_1_block_sum_rounded_the_other_way_is_allowed_its_one_step(models, tm
         r = run("check", e.save(), "--model", model_of(models, dump), "--json", "-")
         assert r.code == 1, r.err
         assert {c["node"] for s in r.json()["sites"] for c in s["checks"] if not c["passed"]} == {"kq-0"}
+
+
+def test_phi3_on_a_2024_build_is_checked_under_the_window_it_applied(models, tmp_path):
+    """llama.cpp of August 2024 masked phi3's attention by attention.sliding_window on every layer (build_phi3 read
+    build_inp_KQ_mask_swa); today's ignores the key. This random phi3 has a window of 4, so the 2024 build's weights
+    are 0 beyond 4 keys. Checked under today's rules those zeros were a false alarm, without the model (its log
+    printed the keys) and with it: now the run is checked under the window its build applied (arch/table.py
+    swa_2024), and a build that had not applied it still fails."""
+    dump = "phi3-2024-window.txt"
+    tokens = ("--tokens", "39,68,75,75,78")  # "Hello", as today's build logged it for the same prompt
+    doc = check(dump)
+    assert doc["verdict"] == "pass" and "on every layer (a 2024 build's)" in json.dumps(doc)
+    doc = check(dump, "--model", model_of(models, dump), *tokens)
+    assert doc["verdict"] == "pass"
+    assert any(c["check"] == "model_softmax" for s in doc["sites"] for c in s["checks"])
+    e = DumpEdit(ARCH / dump, tmp_path / dump)  # query 4 sees slot 0 again, as without the window
+    e.set("kq_soft_max_ext-0", (0, 4, 0), 0.05)
+    for args in ((), ("--model", str(model_of(models, dump)), *tokens)):
+        r = run("check", e.save(), "--json", "-", *args)
+        assert r.code == 1, r.err

@@ -15,10 +15,13 @@ from .table import GENERIC, lookup
 
 
 def facts_from_header(meta: Mapping[str, Any], origin: str = MODEL,
-                      tensor: Callable[[str], np.ndarray | None] | None = None) -> AttentionFacts:
+                      tensor: Callable[[str], np.ndarray | None] | None = None, *,
+                      era_2024: bool = False) -> AttentionFacts:
     """The facts a header fixes; what it cannot tell stays at DEFAULT (open to the dump's hypotheses).
 
-    meta: GGUF key → value; tensor(name): a small tensor's values, or None when absent (sinks)."""
+    meta: GGUF key → value; tensor(name): a small tensor's values, or None when absent (sinks); era_2024: as a build
+    from before SET_ROWS read it (a 2024 log: its loader printed the keys), which applied some windows today's
+    ignore (Attention.swa_2024)."""
     arch = meta.get("general.architecture")
     entry = lookup(arch)
     a = entry.attention if entry is not None else GENERIC
@@ -51,7 +54,7 @@ def facts_from_header(meta: Mapping[str, Any], origin: str = MODEL,
         if a.softcap_default is not None:
             cap = float(key("attn_logit_softcapping", a.softcap_default))
             facts = facts.with_(softcap=Fact(cap, origin, f"{name}: attn_logit_softcapping"))
-        facts = facts.with_(window=_window(a, key, n_layer, origin, name))
+        facts = facts.with_(window=_window(a, key, n_layer, origin, name, era_2024))
         if a.sinks and tensor is not None:
             sinks = {il: s for il in range(n_layer) if (s := tensor(f"blk.{il}.attn_sinks.weight")) is not None}
             facts = facts.with_(sinks=Fact(sinks or None, origin, f"{name}: blk.L.attn_sinks.weight"))
@@ -160,8 +163,13 @@ def q_scale(a, head_dim: int, n_embd: int, n_head: int, n_layer: int) -> float |
     return _inv_sqrt(Q_SCALE_DIMS[a.q_scale](a, head_dim, n_embd, n_head, n_layer))
 
 
-def _window(a, key, n_layer: int, origin: str, name: str) -> Fact:
-    """The sliding window and its layers (llama_model_base::load_swa_pattern, llama_hparams::set_swa_pattern)."""
+def _window(a, key, n_layer: int, origin: str, name: str, era_2024: bool = False) -> Fact:
+    """The sliding window and its layers (llama_model_base::load_swa_pattern, llama_hparams::set_swa_pattern); in a
+    2024 build's, attention.sliding_window on every layer where the table says so (phi3)."""
+    if a.swa_2024 and era_2024 and key("attention.sliding_window"):
+        n = int(key("attention.sliding_window"))
+        return Fact(Window(n, "standard", frozenset(range(n_layer))), origin,
+                    f"{name}: attention.sliding_window {n} on every layer (a 2024 build's)")
     if a.swa is None:
         return Fact(None, origin, f"{name}: no sliding window")
     n = key("attention.sliding_window")

@@ -91,6 +91,9 @@ class Attention:
     swa_default: int | None = None  # n_swa when attention.sliding_window is absent (None: no window then)
     swa_pattern: int = 0  # the default pattern n (layer il windowed iff il % n < n - 1)
     swa_dense_first: bool = False  # pattern n: windowed iff il % n != 0
+    # builds before SET_ROWS (2024's) masked by attention.sliding_window (standard) on every layer, which later
+    # builds ignore: phi3 (llama.cpp's build_phi3 read build_inp_KQ_mask_swa then)
+    swa_2024: bool = False
     causal: bool | None = None  # forced by the architecture (encoders); None: attention.causal, default true
     recurrent: Recurrent | None = None  # which layers have no softmax attention: "qwen35" (full_attention_interval)
     gemma_27b_layers: int = 0  # the 27B model's layer count, for q_scale gemma_27b
@@ -161,8 +164,9 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     Arch("starcoder2", "StarCoder2: LayerNorm, biases, RoPE", forward=_STARCODER2),
     Arch("falcon", "Falcon: fused QKV, MQA or GQA, parallel attention and FFN", forward=_FALCON),
     Arch("phi2", "Phi-2: q pre-scaled by 1/sqrt(D_h)", Attention(scale="q_prescaled", q_scale="head_dim")),
-    Arch("phi3", "Phi-3: q pre-scaled by 1/sqrt(D_h); its sliding_window key is ignored (SWA disabled)",
-         Attention(scale="q_prescaled", q_scale="head_dim"), forward=_PHI3),
+    Arch("phi3", "Phi-3: q pre-scaled by 1/sqrt(D_h); its sliding_window key is ignored (SWA disabled), but "
+                 "2024's builds masked by it on every layer",
+         Attention(scale="q_prescaled", q_scale="head_dim", swa_2024=True), forward=_PHI3),
     Arch("gemma", "Gemma: q pre-scaled by 1/sqrt(D_h)", Attention(scale="q_prescaled", q_scale="head_dim")),
     Arch("gemma2", "Gemma 2: q pre-scaled, soft-cap (default 50), window (default 4096) on every other layer",
          Attention(scale="q_prescaled", q_scale="gemma_27b", gemma_27b_layers=46, softcap_default=50.0,

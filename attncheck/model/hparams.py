@@ -45,6 +45,7 @@ class Hparams:
     q_scale: float | None = None
     softcap: float | None = None
     window: Window | None = None
+    window_2024: Window | None = None  # the window builds before SET_ROWS applied where today's apply none (swa_2024)
     embd_scale: float | None = None
     residual_scale: float | None = None
     logit_scale: float | None = None
@@ -103,11 +104,17 @@ def read_hparams(header: Header, spec: Arch) -> Hparams:
         rope_freq_scale=float(F32(1) / F32(factor)) if factor else 1.0,
         rope_base_swa=float(key("rope.freq_base_swa", fw.swa_rope_base or 0.0)) if window is not None else 0.0,
         q_scale=facts.q_scale.value, softcap=facts.softcap.value, window=window,
+        window_2024=_window_2024(spec, meta),
         embd_scale=_embd_scale(fw, key, n_embd),
         residual_scale=float(key(fw.residual_scale_key, 0.0)) or None if fw.residual_scale_key else None,
         logit_scale=float(key(fw.logit_scale_key, 0.0)) or None if fw.logit_scale_key else None,
         final_softcap=_final_softcap(fw, key),
     )
+
+
+def _window_2024(spec: Arch, meta) -> Window | None:
+    """The window a build before SET_ROWS applied where today's apply none (Attention.swa_2024), else None."""
+    return facts_from_header(meta, era_2024=True).window.value if spec.attention.swa_2024 else None
 
 
 def _embd_scale(fw: Forward, key, n_embd: int) -> float | None:

@@ -3,7 +3,7 @@ the build that made the dump (chosen on layer 0), and what the JSON keeps of it.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -186,6 +186,14 @@ class Runs:
         """The flash-attention kernel of each position (flash.py); None without flash attention."""
         return flash.plan(len(run.tokens), run.flash, run.kv[0], run.kv[1], run.today) if run.flash else None
 
+    def _model(self, run: Run) -> Model:
+        """The model as the run's build read it: a build before SET_ROWS (2024's) masked by a window today's
+        ignore (phi3: Hparams.window_2024)."""
+        hp = self.model.hparams
+        if run.today or hp.window_2024 is None:
+            return self.model
+        return self.model.with_hparams(replace(hp, window=hp.window_2024))
+
     def _q_exact(self, run: Run) -> np.ndarray:
         """[n_tokens] True where kq's q was a contiguous view (an evaluation of one query, or one head), which a
         2024 build's tinyBLAS multiplied as f32 (attention.py)."""
@@ -197,7 +205,7 @@ class Runs:
 
     def _forward(self, run: Run, f16_src1: str) -> Expected:
         try:
-            ref = forward(self.model, run.tokens, kv_type=run.kv[0], v_type=run.kv[1], f16_src1=f16_src1,
+            ref = forward(self._model(run), run.tokens, kv_type=run.kv[0], v_type=run.kv[1], f16_src1=f16_src1,
                           rotates=run.rotates, fa=self._flash(run), twin=True,
                           q_exact=self._q_exact(run))
         except ValueError as e:
@@ -207,7 +215,7 @@ class Runs:
 
     def _forward_layers(self, run: Run, f16_src1: str):
         try:
-            for ref in forward_layers(self.model, run.tokens, kv_type=run.kv[0], v_type=run.kv[1], f16_src1=f16_src1,
+            for ref in forward_layers(self._model(run), run.tokens, kv_type=run.kv[0], v_type=run.kv[1], f16_src1=f16_src1,
                                       rotates=run.rotates, fa=self._flash(run), twin=True,
                                       q_exact=self._q_exact(run)):
                 exp = Expected(ref, run.kv[0], self.model)

@@ -4,6 +4,7 @@ the forward pass holds one layer's weights in f32 at most)."""
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
@@ -25,6 +26,12 @@ class Model:
         self.header = header
         self.hparams = hparams
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+
+    def with_hparams(self, hparams: Hparams) -> "Model":
+        """The same file and map under other hyperparameters (a build that read the header otherwise)."""
+        out = copy.copy(self)
+        out.hparams = hparams
+        return out
 
     def has(self, name: str) -> bool:
         """Whether the file holds a tensor of that name."""

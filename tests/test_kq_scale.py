@@ -98,3 +98,18 @@ def test_inspect_walks_under_the_scale_it_is_given():
         row = next(r for r in mw.rows if r.name == "kq_soft_max")
         gap[given] = float(np.nanmax(np.abs(row.dumped - row.reference)))
     assert gap[None] < 1e-4 < gap[0.2]  # the reference's weights are computed under the same scale
+
+
+@pytest.mark.parametrize("n", [24, 32, 96, 128])
+def test_the_default_scale_is_llama_cpps_f32_as_a_header_gives_it(n):
+    """Without a header the scale 1/sqrt(D_h) is llama.cpp's 1.0f/sqrtf(float(D_h)), two f32 roundings (an ulp from
+    1/sqrt rounded once for 24 and 96), the value a model's or a log's header gives: one kq_scale either way."""
+    from attncheck.arch.header import facts_from_header
+    from attncheck.check.fits import round_scale
+    from attncheck.sites.resolve import default_scale
+
+    want = float(np.float32(1) / np.sqrt(np.float32(n)))
+    meta = {"general.architecture": "llama", "llama.attention.key_length": n, "llama.attention.head_count": 4,
+            "llama.embedding_length": 4 * n, "llama.block_count": 1}
+    assert default_scale(n) == want == facts_from_header(meta).kq_scale.value
+    assert round_scale(want * (1 + 1e-6)) == want  # a fitted scale near it is named that value

@@ -103,24 +103,24 @@ def _f32(x: float) -> float:
     return float(np.float32(x))
 
 
-def _inv_sqrt(n: int) -> float:
+def inv_sqrt(n: int) -> float:
     """llama.cpp's 1.0f/sqrtf(float(n)): one f32 rounding after sqrtf and one after the division, which is an ulp
     from 1/sqrt(n) rounded once for 958 of the n up to 4096 (96, phi3's head size, among them)."""
     return float(np.float32(1) / np.sqrt(np.float32(n)))
 
 
 def _head_dim_scale(key, head_dim: int, notes: list[str]):
-    return (_inv_sqrt(head_dim), f"1/sqrt(key_length {head_dim})") if head_dim else None
+    return (inv_sqrt(head_dim), f"1/sqrt(key_length {head_dim})") if head_dim else None
 
 
 def _attention_scale(key, head_dim: int, notes: list[str]):
     s = float(key("attention.scale", 0.0) or 0.0)
-    return (_f32(s), "attention.scale") if s else (_inv_sqrt(head_dim), "1/sqrt(key_length)")
+    return (_f32(s), "attention.scale") if s else (inv_sqrt(head_dim), "1/sqrt(key_length)")
 
 
 def _rope_dim_scale(key, head_dim: int, notes: list[str]):
     n_rot = int(key("rope.dimension_count", head_dim) or head_dim)
-    return _inv_sqrt(n_rot), f"1/sqrt(rope.dimension_count {n_rot})"
+    return inv_sqrt(n_rot), f"1/sqrt(rope.dimension_count {n_rot})"
 
 
 def _mla_scale(key, head_dim: int, notes: list[str]):
@@ -128,7 +128,7 @@ def _mla_scale(key, head_dim: int, notes: list[str]):
     if str(key("rope.scaling.type", "none")) == "yarn" and float(key("rope.scaling.factor", 1.0) or 1.0) > 1:
         notes.append("YaRN's mscale enters deepseek2's SOFT_MAX scale: left to the dump's hypotheses")
         return None
-    return _inv_sqrt(k_mla), f"1/sqrt(key_length_mla {k_mla})"
+    return inv_sqrt(k_mla), f"1/sqrt(key_length_mla {k_mla})"
 
 
 # Attention.scale's words (table.py's Scale) → (SOFT_MAX scale, how it was derived), or None when the header cannot
@@ -160,7 +160,7 @@ def q_scale(a, head_dim: int, n_embd: int, n_head: int, n_layer: int) -> float |
     """The factor a q_prescaled architecture scales q by before kq."""
     if a.q_scale is None:
         return None
-    return _inv_sqrt(Q_SCALE_DIMS[a.q_scale](a, head_dim, n_embd, n_head, n_layer))
+    return inv_sqrt(Q_SCALE_DIMS[a.q_scale](a, head_dim, n_embd, n_head, n_layer))
 
 
 def _window(a, key, n_layer: int, origin: str, name: str, era_2024: bool = False) -> Fact:

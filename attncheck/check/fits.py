@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import precision
 from ..arch.facts import DEFAULT, INFERRED, AttentionFacts, Fact, Window
+from ..arch.header import inv_sqrt
 from . import checks
 from ..sites.heads import SiteView, Under, stacks
 from ..sites.resolve import Extra, site_facts
@@ -93,7 +94,7 @@ def round_scale(s: float, rel: float = 2e-4) -> float | None:
     if not s > 0:
         return None
     n = round(1.0 / (s * s)) if s < 1 else 0
-    cands = ((1.0 / math.sqrt(n), min(rel, 1 / (4 * n))) if n else None, (2.0 ** round(math.log2(s)), rel))
+    cands = ((inv_sqrt(n), min(rel, 1 / (4 * n))) if n else None, (2.0 ** round(math.log2(s)), rel))
     for cand in cands:
         if cand and abs(cand[0] / s - 1) < cand[1]:
             return float(np.float32(cand[0]))

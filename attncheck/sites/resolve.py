@@ -2,19 +2,20 @@
 inspect's walk of it use, and what a fitted hypothesis adds to them (the uncertainties that widen the bounds)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..arch.facts import AttentionFacts, alibi_slopes
+from ..arch.header import inv_sqrt
 from .heads import SiteView
 from .mask import SiteFacts
 
 
 def default_scale(D_h: int | None) -> float:
-    """llama.cpp's kq_scale for most architectures: 1/sqrt(D_h), D_h = ne0 of q."""
-    return 1.0 / math.sqrt(D_h) if D_h else 1.0
+    """llama.cpp's kq_scale for most architectures: 1.0f/sqrtf(D_h), D_h = ne0 of q (the value a model's or a log's
+    header gives too: one kq_scale with and without them)."""
+    return inv_sqrt(D_h) if D_h else 1.0
 
 
 @dataclass

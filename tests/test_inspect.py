@@ -136,8 +136,8 @@ def test_recomputed_numbers_follow_the_formulas(name, layer, head, group):
     p = block(n["p"][0], path, head, n["p"][1])[tp]
     v = block(n["v"][0], path, head // group, n["v"][1])  # [d][j]
 
-    # scaled scores: kq · (1 / sqrt(D_h))
-    scale = 1 / math.sqrt(D_h)
+    # scaled scores: kq · (1 / sqrt(D_h)), the scale as llama.cpp computes it: 1.0f/sqrtf(D_h)
+    scale = float(np.float32(1) / np.sqrt(np.float32(D_h)))
     assert doc["kq_scale"]["value"] == pytest.approx(scale, rel=1e-15)
     assert doc["scores"]["scaled"] == pytest.approx([s * scale for s in kq], abs=1e-12)
     # mask: slot j is visible to the query at position t iff j <= t

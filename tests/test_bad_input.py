@@ -366,6 +366,33 @@ def test_damaged_header_no_check_needs_is_a_warning_with_the_model_too(dump, mod
     assert clean["nodes_checked"] - 8 <= doc["nodes_checked"] < clean["nodes_checked"]
 
 
+@pytest.mark.parametrize("name", ["ffn_out-1", "Qcur-1"])
+def test_a_sum_split_by_log_lines_leaves_only_its_node_unchecked_with_the_model(name, tmp_path):
+    """Hand-made after a real one (a 2024 SmolLM2 F16 run of the calibration set, not shipped: its model is 270 MB):
+    llama.cpp's timing lines, on stderr, landed inside ffn_out-29's `sum = -41.830086` line, after `-41.83008`, its
+    last digit on a line of its own. The whole run was refused (exit 2, nothing checked against the model); now that
+    node alone is named as not checked, and every other one is checked. The same line cut without log lines in it
+    is still an error, and so is a split node the attention checks read (kq, kq_soft_max, kqv: see the header case
+    below)."""
+    edit = DumpEdit(FIXTURES / "gpt2-how-are.txt", tmp_path / "d.txt")
+    node = edit.node(name)
+    at = next(i for i in range(node.header + 1, len(edit.lines)) if edit.lines[i].strip().startswith("sum = "))
+    text = edit.lines[at]
+    edit.insert(at, [text[:-1], LOG_LINE, text[-1]], replace=1)
+    path = edit.save()
+    r = run("check", path, "--model", GPT2_MODEL, "--json", tmp_path / "r.json")
+    assert r.code == 0, r.err
+    doc = json.loads((tmp_path / "r.json").read_text())["model"]
+    clean = json.loads(run("check", FIXTURES / "gpt2-how-are.txt", "--model", GPT2_MODEL, "--json", "-").out)["model"]
+    assert doc["nodes_printed"] == clean["nodes_printed"] and doc["nodes_checked"] == clean["nodes_checked"] - 1
+    why = {u["line"]: u["why"] for u in doc["unchecked"]["nodes"]}
+    assert why[node.line].startswith(f"its print was broken by interleaved log lines (line {at + 1}: ")
+    edit = DumpEdit(FIXTURES / "gpt2-how-are.txt", tmp_path / "e.txt")
+    edit.insert(at, [text[:-1]], replace=1)  # the digit lost, no log line: a damaged print
+    got, message = error_line(run("check", edit.save(), "--model", GPT2_MODEL), str(tmp_path / "e.txt"))
+    assert got == at + 1, message
+
+
 @pytest.mark.parametrize("name", ["kq-0", "cache_v_l0 (view) (permuted)"])
 def test_damaged_header_of_a_needed_node_is_an_error_with_the_model_too(name, tmp_path):
     path, header = _split_header(tmp_path, name)

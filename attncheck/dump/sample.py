@@ -140,6 +140,12 @@ def _clean(body: bytes) -> bytes:
     return _FOREIGN_LINE.sub(b"", body)
 
 
+def interleaved(node: Node) -> bool:
+    """Whether log lines were interleaved into the node's body (2024's llama.cpp printed stdout and stderr apart):
+    what does not parse there may be a number split by them, not a wrong print."""
+    return _clean(node.body) != node.body
+
+
 def parse_sample(node: Node, source: str) -> Sample:
     """Parse a node's printed body into a Sample; DumpError names the first line that does not fit its ne."""
     if node.quantized:

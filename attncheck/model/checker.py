@@ -15,7 +15,8 @@ from .compare import NodeComparison
 from .expect import Expected
 from ..dump.paths import position_after_matmul
 from ..dump.roles import assign
-from ..dump.sample import parse_sample
+from ..dump.sample import interleaved, parse_sample
+from ..errors import DumpError
 from . import work
 from .chains import LAYOUT, global_chains, layer_chains
 from .identity import require_model
@@ -143,8 +144,15 @@ class ModelChecker:
         if self.heads is not None and not per_head:
             why[id(m.node)] = "not of the --head heads"
             return None
+        try:
+            sample = parse_sample(m.node, self.source)
+        except DumpError as e:
+            if not interleaved(m.node):
+                raise
+            why[id(m.node)] = f"its print was broken by interleaved log lines (line {e.line}: {e.message})"
+            return None
         why[id(m.node)] = "its ne does not fit the reference"  # until compared
-        return work.item(m, parse_sample(m.node, self.source), position_after_matmul(m.node))
+        return work.item(m, sample, position_after_matmul(m.node))
 
     def _flush(self, keep: bool = False) -> list[SiteReport]:
         """Compare the kept work of the current run with its reference and return its SiteReports (keep: the run

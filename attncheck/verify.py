@@ -202,18 +202,17 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
                             "note": f"attncheck has no reference forward pass for {header.arch!r}: the printed numbers "
                                     "are checked from the dump alone, under the attention facts its header gives"}
     fits = (lambda infos: _fits(shape, infos, dump.source, header)) if shape is not None else None
-    logs = opts  # a 2024 log's GGUF keys give the facts (with --model, its era: given_facts)
     identity = None
     if header is not None and model is None:  # no reference: the printed embedding rows still tell whose dump it is
         from .model.identity import checker as identity_checker
 
         identity = identity_checker(path, header, dump.source, opts.tokens)
     if model is None and identity is None and observe is None and not opts.fail_fast:
-        from_dump, read = _by_parts(dump, checker, opts.jobs, progress, fits, logs, header)
+        from_dump, read = _by_parts(dump, checker, opts, progress, fits, header)
         from_model: list[SiteReport] = []
     else:
         from_dump, from_model, read = _by_evaluation(dump, checker, model, opts, report, progress, observe, fits,
-                                                     logs, identity, header)
+                                                     identity, header)
     held, summary = checker.finish(complete=not report.stopped_early)
     from_dump += held
     if model is not None:
@@ -236,9 +235,10 @@ def verify(dump: Dump | str | BinaryIO, options: Options | None = None, *,
     return report
 
 
-def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits,
-              logs: Options | None = None, header: Header | None = None) -> tuple[list[SiteReport], Read]:
-    """The dump read in parts (in worker processes when jobs > 1), taken in by the checker in dump order."""
+def _by_parts(dump: Dump, checker: DumpChecker, opts: Options, progress, fits,
+              header: Header | None = None) -> tuple[list[SiteReport], Read]:
+    """The dump read in parts (in worker processes when opts.jobs > 1), taken in by the checker in dump order; a
+    2024 log's run under the facts its GGUF keys give (_log_facts)."""
     from .check.gather import gather
     from .dump.pool import Replay, gathered, jobs_default
 
@@ -250,13 +250,12 @@ def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits
         if progress is not None:
             progress(dump, None)
 
-    for part in gathered(dump.stream, dump.source, checker.layers, jobs or jobs_default(), gather,
+    for part in gathered(dump.stream, dump.source, checker.layers, opts.jobs or jobs_default(), gather,
                          on_read=on_read):
         for ev in replay.take(part):
-            if logs is not None:
-                k = ev.run - replay.implicit
-                out += _log_facts(checker, logs, read, replay.runs[k].header if 0 <= k < len(replay.runs) else None,
-                                  header)
+            k = ev.run - replay.implicit
+            out += _log_facts(checker, opts, read, replay.runs[k].header if 0 <= k < len(replay.runs) else None,
+                              header)
             if fits is not None:
                 fits([p.site for p in ev.pending])
             read.evaluations += 1
@@ -274,18 +273,18 @@ def _by_parts(dump: Dump, checker: DumpChecker, jobs: int | None, progress, fits
 
 
 def _by_evaluation(dump: Dump, checker: DumpChecker, model, opts: Options, report: Report, progress, observe,
-                   fits, logs: Options | None = None, identity=None,
-                   header: Header | None = None) -> tuple[list[SiteReport], list[SiteReport], Read]:
+                   fits, identity=None, header: Header | None = None
+                   ) -> tuple[list[SiteReport], list[SiteReport], Read]:
     """The dump read evaluation by evaluation in this process: the --model checks need each evaluation's nodes (and
-    identity, a model without a reference: model/identity.py)."""
+    identity, a model without a reference: model/identity.py); a 2024 log's run under the facts its GGUF keys give
+    (_log_facts)."""
     read = Read()
     from_dump: list[SiteReport] = []
     from_model: list[SiteReport] = []
     for ev in dump.evaluations():
         if identity is not None:
             identity(ev)
-        if logs is not None:
-            from_dump += _log_facts(checker, logs, read, _log_header(dump, ev), header)
+        from_dump += _log_facts(checker, opts, read, _log_header(dump, ev), header)
         if fits is not None:
             fits(ev.sites)
         read.evaluations += 1

@@ -275,7 +275,7 @@ def test_reference_shapes(gpt2: Model, llama: Model) -> None:
         d, dh, h, hkv = hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv
         want = {
             "attn_norm": (t, d), "Qcur": (t, h, dh), "Kcur": (t, hkv, dh), "Vcur": (t, hkv, dh),
-            "k_cache": (hkv, t, dh), "v_cache": (hkv, dh, t), "kq": (h, t, t), "kq_soft_max": (h, t, t),
+            "k_view": (hkv, t, dh), "v_view": (hkv, dh, t), "kq": (h, t, t), "kq_soft_max": (h, t, t),
             "kqv": (h, t, dh), "kqv_out": (t, h * dh), "attn_out": (t, d), "ffn_inp": (t, d),
             "ffn_out": (t, d), "l_out": (t, d),
         }
@@ -305,10 +305,10 @@ def test_reference_rejects_bad_input(gpt2: Model) -> None:
 
 def test_kv_cache_is_stored_rounded(gpt2: Model) -> None:
     ref16, ref32 = forward(gpt2, [40, 267, 269]), forward(gpt2, [40, 267, 269], kv_type="f32")
-    k16 = ref16.get(0, "k_cache")
+    k16 = ref16.get(0, "k_view")
     np.testing.assert_array_equal(k16, k16.astype(np.float16).astype(np.float32))
-    np.testing.assert_array_equal(ref32.get(0, "k_cache"), ref32.get(0, "Kcur").transpose(1, 0, 2))
-    np.testing.assert_array_equal(ref32.get(0, "v_cache"), ref32.get(0, "Vcur").transpose(1, 2, 0))
+    np.testing.assert_array_equal(ref32.get(0, "k_view"), ref32.get(0, "Kcur").transpose(1, 0, 2))
+    np.testing.assert_array_equal(ref32.get(0, "v_view"), ref32.get(0, "Vcur").transpose(1, 2, 0))
 
 
 @settings(max_examples=60, deadline=None)
@@ -378,8 +378,8 @@ def _first_layer_bounds(ref: Reference, kv: str) -> dict[str, np.ndarray]:
     """
     q = ref.get(0, "Qcur").transpose(1, 0, 2).astype(np.float64)  # [H, T, D_h]
     g = ref.hparams.n_head // ref.hparams.n_head_kv
-    k = np.repeat(ref.get(0, "k_cache"), g, axis=0).astype(np.float64)  # [H, T, D_h]
-    v = np.repeat(ref.get(0, "v_cache"), g, axis=0).astype(np.float64)  # [H, D_h, T]
+    k = np.repeat(ref.get(0, "k_view"), g, axis=0).astype(np.float64)  # [H, T, D_h]
+    v = np.repeat(ref.get(0, "v_view"), g, axis=0).astype(np.float64)  # [H, D_h, T]
     kq = ref.get(0, "kq").astype(np.float64)
     p = ref.get(0, "kq_soft_max").astype(np.float64)
     base = {r: PRINT + F32_REL * np.abs(ref.get(0, r)) for r in ("Qcur", "kq", "kq_soft_max", "kqv", "kqv_out")}

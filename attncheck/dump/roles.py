@@ -3,7 +3,7 @@ sources headers name, relative to the attention sites, never by node names (they
 versions: kq_soft_max_ext vs kq_soft_max, k-0 vs cache_k_l0 (view) (permuted), kqv_merged_cont vs kqv_out).
 
 Three kinds of role, so two dumps of different llama.cpp versions line up by (layer, role):
-- role:    a node llama.cpp's attention and residual structure defines (table in ROLES);
+- role:    a node llama.cpp's attention and residual structure defines (vocabulary.py's table);
 - derived: a node that feeds a role node, named by the path to it (`Qcur.src0` is the node Qcur reads first);
 - other:   the catch-all, `other:OP#k` (k-th such node of that op in the layer), listed, matched only by position.
 """
@@ -16,42 +16,8 @@ from dataclasses import dataclass
 from .graph import Evaluation
 from .paths import LAYOUT, back_to_cur, before_post, is_branch, output_chain, post_of, rotation
 from .records import Node
+from .vocabulary import ROLES  # the role names and their meanings, in graph order (vocabulary.py)
 
-
-# role: what it is (in graph order within a layer); derived names start from these, in this order
-ROLES = {
-    "inp_embd": "the residual stream entering layer 0 (token and position embeddings)",
-    "attn_norm": "the normalised input of the Q/K/V projections",
-    "Qcur": "queries before the views (after RoPE where present)",
-    "Kcur": "keys before the views, as stored (after RoPE where present)",
-    "Vcur": "values before the views, as stored",
-    "q_scaled": "q pre-scaled before kq (a SCALE node: gemma, phi3)",
-    "q_rot": "q rotated by the Hadamard matrix of a quantized K cache",
-    "k_rot": "K rotated by the Hadamard matrix of a quantized K cache, before the cache",
-    "v_rot": "V rotated by the Hadamard matrix of a quantized V cache, before the cache",
-    "k_store": "the node writing K into the cache (SET_ROWS today, CPY in 2024)",
-    "v_store": "the node writing V into the cache",
-    "q": "kq's src1: queries {D_h, T, H}",
-    "k_view": "kq's src0: K cache view {D_h, n_kv, H_kv}",
-    "v_view": "kqv's src0: V cache view {n_kv, D_h, H_kv}",
-    "kq": "MUL_MAT(k, q): raw scores {n_kv, T, H}",
-    "kq_scores": "what SOFT_MAX reads when it is not kq itself (kq_scaled, soft-capping)",
-    "kq_soft_max": "SOFT_MAX: weights {n_kv, T, H}",
-    "kqv": "MUL_MAT(v, kq_soft_max): per-head outputs {D_h, T, H}",
-    "flash_attn": "FLASH_ATTN_EXT(q, k): per-head outputs {D_h, H, T}",
-    "kqv_out": "the heads merged (the CONT/RESHAPE after kqv)",
-    "kqv_unrot": "kqv_out rotated back (a quantized V cache's Hadamard matrix), the output projection's input",
-    "attn_out": "the output projection of kqv_out (plus its bias when present)",
-    "attn_post": "attn_out after its post-norm (gemma) or residual scale (granite), as added to the residual",
-    "attn_ffn": "attention and FFN outputs added, before the residual (parallel blocks: falcon)",
-    "ffn_inp": "residual + attn_out",
-    "ffn_norm": "the normalised input of the FFN",
-    "ffn_out": "the FFN's output, added to ffn_inp",
-    "ffn_post": "ffn_out after its post-norm (gemma) or residual scale (granite), as added to the residual",
-    "l_out": "the layer's output: ffn_inp + ffn_out",
-    "result_norm": "the final norm",
-    "result_output": "the logits",
-}
 STORES = ("k_store", "v_store")
 
 

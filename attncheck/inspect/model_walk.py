@@ -132,7 +132,7 @@ def model_walk_site(src: str, ev: Evaluation, site: Site, w: HeadWalk, model, kq
         FullRow("kq_soft_max", site.softmax.name, slots, p, _dumped(P, head, w.query, site.n_kv)[:pos + 1]),
         FullRow("kqv", site.kqv.name if site.kqv else None, np.arange(d_h), o, _dumped(O, head, w.query, d_h)),
     )
-    K_h = np.asarray(ref.get(layer, "k_cache"))[g, :pos + 1]
-    V_h = np.asarray(ref.get(layer, "v_cache"))[g, :, :pos + 1].T
+    K_h = np.asarray(ref.get(layer, "k_view"))[g, :pos + 1]
+    V_h = np.asarray(ref.get(layer, "v_view"))[g, :, :pos + 1].T
     mw = ModelWalk(model.path, ref.hparams.arch, arithmetic, rows, K_h, V_h, tuple(results))
     return mw, reports, ref

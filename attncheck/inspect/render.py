@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..dump.records import ne_text
+from ..dump.vocabulary import per_kv_head
 from ..arch.vocab import shown, token_unit
 from ..present.columns import NEVER, Col, dropped, fit, fits
 from ..sites.mask import OUTSIDE_WINDOW, REASONS, VISIBLE
@@ -119,7 +120,7 @@ def shape_table(w: HeadWalk, width: int | None = None) -> Group:
               _col("type", True, keep=2), _col("GGML ne", True, keep=7), _col("head axis", True, 6, wrap=True),
               _col("per head", True, 8, wrap=True, min_width=16))
     for s in w.shapes:
-        kv = " (KV)" if s.role in ("k", "v") else ""
+        kv = " (KV)" if per_kv_head(s.role) else ""
         axis = "?" if s.head_axis is None else f"ne{s.head_axis}{kv}"
         t.add_row(escape(s.name), str(s.line), s.op, s.type, ne_text(s.ne), axis,
                   escape(f"{s.logical} = [{s.logical_shape[0]}, {s.logical_shape[1]}]"))

@@ -13,7 +13,7 @@ _CHAIN_OPS = ("PERMUTE", "VIEW", "RESHAPE", "CONT", "CPY")  # ops that only re-l
 class NodeShape(NamedTuple):
     """One node on the way to a head's attention: GGML ne, the GGML axis holding heads, the per-head shape."""
 
-    role: str  # q | k | v | kq | scores | kq_soft_max | kqv
+    role: str  # q | k_view | v_view | kq | kq_scores | kq_soft_max | kqv (dump/vocabulary.py)
     name: str
     op: str
     type: str
@@ -58,12 +58,12 @@ def shapes(site: Site) -> list[NodeShape]:
     for n, axis in _chain(site.q):
         add("q", n, axis, "Q_h [T, D_h]", (T, D))
     for n, axis in _chain(site.k):
-        add("k", n, axis, "K_h [n_kv, D_h]", (n_kv, D))
+        add("k_view", n, axis, "K_h [n_kv, D_h]", (n_kv, D))
     for n, axis in _chain(site.v):
-        add("v", n, axis, "V_h [n_kv, D_h]", (n_kv, D))
+        add("v_view", n, axis, "V_h [n_kv, D_h]", (n_kv, D))
     add("kq", site.kq, 2, "S_h [T, n_kv]", (T, n_kv))
     if site.scores is not None and site.scores is not site.kq:
-        add("scores", site.scores, 2, "S_h [T, n_kv]", (T, n_kv))
+        add("kq_scores", site.scores, 2, "S_h [T, n_kv]", (T, n_kv))
     add("kq_soft_max", site.softmax, 2, "P_h [T, n_kv]", (T, n_kv))
     add("kqv", site.kqv, 2, "O_h [T, D_h]", (T, D))
     return out

@@ -88,8 +88,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hp: Hparams, layer: i
     """q [T, H, D_k] (after RoPE), k [T, H_kv, D_k], v [T, H_kv, D_v] → the layer's attention nodes (sums in f64
     when exact, else f32); q_exact [T]: the queries whose q kq takes as f32 under f16_src1 "f32" (below):
 
-    q (what kq reads) [T, H, D_k]; Krot, Vrot [T, H_kv, D] (rotated, when rotated); k_cache [H_kv, T, D_k];
-    v_cache [H_kv, D_v, T]; kq, kq_scores, kq_soft_max [H, T, T]; kqv [H, T, D_v]; kqv_out [T, H·D_v] (in V's
+    q (what kq reads) [T, H, D_k]; k_rot, v_rot [T, H_kv, D] (rotated, when rotated); k_view [H_kv, T, D_k];
+    v_view [H_kv, D_v, T]; kq, kq_scores, kq_soft_max [H, T, T]; kqv [H, T, D_v]; kqv_out [T, H·D_v] (in V's
     rotated basis when V is rotated); kqv_unrot [T, H·D_v] (the output projection's input).
     """
     t, h, _ = q.shape
@@ -99,18 +99,18 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hp: Hparams, layer: i
         q = out["q_scaled"] = blocks.scale(q, hp.q_scale)
     if cache.k_rot:
         q, k = hadamard(q, cache.k_rot), hadamard(k, cache.k_rot)
-        out["Krot"] = k
+        out["k_rot"] = k
     if cache.v_rot:
         v = hadamard(v, cache.v_rot)
-        out["Vrot"] = v
+        out["v_rot"] = v
     out["q"] = q
     k_st, k_mins = numerics.store(k, cache.k_type)  # [T, H_kv, D]
     v_st, _ = numerics.store(v, cache.v_type)
-    out["k_cache"] = k_st.transpose(1, 0, 2)
-    out["v_cache"] = v_st.transpose(1, 2, 0)
+    out["k_view"] = k_st.transpose(1, 0, 2)
+    out["v_view"] = v_st.transpose(1, 2, 0)
     k_fmt = matmul.vec_dot_type(numerics.KV_QT[cache.k_type])
     sums = F64 if exact else F32  # exact sums where the error model is derived (layer 0)
-    kh = np.repeat(out["k_cache"], group, axis=0).astype(sums)  # query head i reads KV head i // group
+    kh = np.repeat(out["k_view"], group, axis=0).astype(sums)  # query head i reads KV head i // group
     mins = None if k_mins is None else np.repeat(k_mins.transpose(1, 0, 2), group, axis=0)
     kq = matmul.dot(q.transpose(1, 0, 2), kh, k_fmt, mins)  # [H, T, T]
     if cache.k_type == "f16" and f16_src1 == "f32" and q_exact is not None and q_exact.any():
@@ -129,7 +129,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, hp: Hparams, layer: i
     p_fmt = "f32"
     if cache.v_type in ("f16", "bf16") and not (cache.v_type == "f16" and f16_src1 == "f32"):
         p_fmt = cache.v_type
-    vh = np.repeat(out["v_cache"], group, axis=0).astype(sums)  # [H, D_v, T]
+    vh = np.repeat(out["v_view"], group, axis=0).astype(sums)  # [H, D_v, T]
     kqv = matmul.dot(p, vh, p_fmt)  # [H, T, D_v]
     out["kqv"] = kqv
     merged = np.ascontiguousarray(kqv.transpose(1, 0, 2)).reshape(t, -1)

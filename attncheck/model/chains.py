@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..dump.vocabulary import SCORES, axes, per_kv_head, value_of
 from .mapped import Mapped
 from .weights import Model
 
@@ -94,8 +95,8 @@ def layer_chains(m: Model, il: int) -> dict[str, tuple[Step, ...]]:
         if norm is not None and fw.positions.startswith("rope"):
             parts.append(("rope", ("ROPE",), {}))
         out[role] = _chain(role, role, parts)
-    for role, quantity in (("k_rot", "Krot"), ("v_rot", "Vrot"), ("q_rot", "q")):
-        out[role] = (Step(("MUL_MAT",), quantity, quantity, {"MUL_MAT": (None, None)}),)  # the Hadamard rotation
+    for role in ("k_rot", "v_rot", "q_rot"):  # the Hadamard rotation (q_rot holds q: what kq reads)
+        out[role] = (Step(("MUL_MAT",), value_of(role), value_of(role), {"MUL_MAT": (None, None)}),)
     if hp.softcap:  # the scores soft-capped: SCALE(1/cap), TANH, SCALE(cap) from kq
         out["kq_scores"] = _chain("kq_scores", "kq_scores", [("scaled", ("SCALE",), {"SCALE": (None, None)}),
                                                              ("tanh", ("TANH",), {}), ("capped", ("SCALE",), {})])
@@ -147,9 +148,11 @@ _OPTIONS = {  # the natural ggml layouts of a chain's values, before any permute
 
 
 def _options(quantity: str):
-    if quantity in ("rows", "kq", "kq_scores", "kq_soft_max"):
-        return _OPTIONS["rows" if quantity == "rows" else "slots"]
-    return _OPTIONS["kvhead" if quantity in ("Kcur", "Vcur", "Krot", "Vrot") else "head"]
+    if quantity == "rows":
+        return _OPTIONS["rows"]
+    if axes(quantity) == SCORES:
+        return _OPTIONS["slots"]
+    return _OPTIONS["kvhead" if per_kv_head(quantity) else "head"]
 
 
 def labels_for(quantity: str, ne: tuple[int, ...], sizes: dict[str, int]) -> tuple[str, str, str] | None:

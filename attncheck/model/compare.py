@@ -18,8 +18,8 @@ from .mapping import KV_QUANTITIES, Layer, Mapped
 from .runs import Run
 from .summary import Summary
 
-CHECK = {"q": "model_q", "Qcur": "model_q", "q_scaled": "model_q", "Kcur": "model_kcur", "Krot": "model_kcur",
-         "Vcur": "model_vcur", "Vrot": "model_vcur", "k": "model_k", "v": "model_v", "kq": "model_kq",
+CHECK = {"q": "model_q", "Qcur": "model_q", "q_scaled": "model_q", "Kcur": "model_kcur", "k_rot": "model_kcur",
+         "Vcur": "model_vcur", "v_rot": "model_vcur", "k_view": "model_k", "v_view": "model_v", "kq": "model_kq",
          "kq_scores": "model_kq_scores", "kq_soft_max": "model_softmax", "kqv": "model_kqv"}
 
 
@@ -162,7 +162,7 @@ class NodeComparison:
                     at["query"] = v
                 elif label == "row":
                     at["query"] = T - n_rows + v
-                elif label == "query" and m.quantity in ("k", "v"):  # a store's rows: this evaluation's slots
+                elif label == "query" and m.quantity in ("k_view", "v_view"):  # a store's rows: this evaluation's slots
                     at["slot"] = n_past + v
                 elif label == "slot":
                     at["slot"] = v

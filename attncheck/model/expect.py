@@ -19,8 +19,6 @@ from .steps import UNIT
 from .weights import Model
 
 U16 = 2.0**-11  # f16 rounding, relative (half an ulp)
-# quantity (mapping.CANONICAL) → the reference's role, where the names differ
-ROLE = {"k": "k_cache", "v": "v_cache"}
 
 
 class Expected(Layer0):
@@ -52,7 +50,7 @@ class Expected(Layer0):
             return v[None] if quantity == "rows" else v
         if quantity == "rows":
             return np.asarray(r.at_node(layer, role, position)[0][None])
-        return np.asarray(r.get(layer, ROLE.get(quantity, quantity)))
+        return np.asarray(r.get(layer, quantity))
 
     def chaos(self, layer: int | None) -> tuple[float, float]:
         """The twin's (chaos_max, chaos_row) of a reference layer (chaos.py)."""
@@ -78,8 +76,8 @@ class Expected(Layer0):
         h // group), p [H, T, T]."""
         r = self.ref
         q = np.asarray(r.get(layer, "q"), np.float64).transpose(1, 0, 2)
-        k = np.repeat(np.asarray(r.get(layer, "k_cache"), np.float64), self.group, axis=0)
-        v = np.repeat(np.asarray(r.get(layer, "v_cache"), np.float64), self.group, axis=0)
+        k = np.repeat(np.asarray(r.get(layer, "k_view"), np.float64), self.group, axis=0)
+        v = np.repeat(np.asarray(r.get(layer, "v_view"), np.float64), self.group, axis=0)
         p = np.asarray(r.get(layer, "kq_soft_max"), np.float64)
         return q, k, v, p
 

@@ -77,7 +77,7 @@ def output(att: dict[str, np.ndarray], hp: Hparams, layer: int, cache: Cache, fa
     group = h // hp.n_head_kv
     sums = F64 if exact else F32
     k_type, v_type = cache.k_type, cache.v_type
-    k, v = att["k_cache"], att["v_cache"]  # [H_kv, T, D_k], [H_kv, D_v, T] as stored
+    k, v = att["k_view"], att["v_view"]  # [H_kv, T, D_k], [H_kv, D_v, T] as stored
     cast_k = fa.casts and k_type == "f32"
     if cast_k:
         k, k_type = round_f16(k), "f16"

@@ -206,7 +206,7 @@ class Layer0:
 
     def _input_noise(self) -> dict[str, np.ndarray]:
         """Everything by which layer 0's projections and the values kq and P·V read can lie from the reference's:
-        both kinds of _projections, then q_scaled, q (what kq reads), Krot and Vrot, scaled and rotated."""
+        both kinds of _projections, then q_scaled, q (what kq reads), k_rot and v_rot, scaled and rotated."""
         if "inputs" in self._cache:
             return self._cache["inputs"]  # type: ignore[return-value]
         r, hp, c = self.ref, self.ref.hparams, self.ref.cache
@@ -216,8 +216,8 @@ class Layer0:
         if hp.q_scale is not None:
             q = out["q_scaled"] = abs(hp.q_scale) * q + U32 * np.abs(r.get(0, "q_scaled"))
         out["q"] = _rotated(q, r.get(0, "q"), c.k_rot) if c.k_rot else q
-        out["Krot"] = _rotated(out["Kcur"], r.get(0, "Krot"), c.k_rot) if c.k_rot else out["Kcur"]
-        out["Vrot"] = _rotated(out["Vcur"], r.get(0, "Vrot"), c.v_rot) if c.v_rot else out["Vcur"]
+        out["k_rot"] = _rotated(out["Kcur"], r.get(0, "k_rot"), c.k_rot) if c.k_rot else out["Kcur"]
+        out["v_rot"] = _rotated(out["Vcur"], r.get(0, "v_rot"), c.v_rot) if c.v_rot else out["Vcur"]
         self._cache["inputs"] = out  # type: ignore[assignment]
         return out
 
@@ -230,14 +230,14 @@ class Layer0:
         if "read" in self._cache:
             return self._cache["read"]  # type: ignore[return-value]
         r, inputs = self.ref, self._input_noise()
-        k_stored = np.asarray(r.get(0, "Krot") if r.has(0, "Krot") else r.get(0, "Kcur"), np.float64)  # [T, H_kv, D]
-        v_stored = np.asarray(r.get(0, "Vrot") if r.has(0, "Vrot") else r.get(0, "Vcur"), np.float64)
+        k_stored = np.asarray(r.get(0, "k_rot") if r.has(0, "k_rot") else r.get(0, "Kcur"), np.float64)  # [T, H_kv, D]
+        v_stored = np.asarray(r.get(0, "v_rot") if r.has(0, "v_rot") else r.get(0, "Vcur"), np.float64)
         k_fmt = vec_dot_type(KV_QT[self.kv_type])
         q = np.asarray(r.get(0, "q"), np.float64)  # [T, H, D]
         dq = deviation(q, inputs["q"], k_fmt)
-        k = deviation(k_stored, inputs["Krot"], self.kv_type).transpose(1, 0, 2)  # [H_kv, T, D]
-        v = deviation(v_stored, inputs["Vrot"], self.v_type).transpose(1, 2, 0)  # [H_kv, D, T]
-        out = {"dq": dq.transpose(1, 0, 2), "k": k, "v": v, "dk": np.repeat(k, self.group, axis=0),
+        k = deviation(k_stored, inputs["k_rot"], self.kv_type).transpose(1, 0, 2)  # [H_kv, T, D]
+        v = deviation(v_stored, inputs["v_rot"], self.v_type).transpose(1, 2, 0)  # [H_kv, D, T]
+        out = {"dq": dq.transpose(1, 0, 2), "k_view": k, "v_view": v, "dk": np.repeat(k, self.group, axis=0),
                "dv": np.repeat(v, self.group, axis=0)}
         mins = store(k_stored, self.kv_type)[1] if k_fmt == "q8_1" else None  # [T, H_kv, D/32]: Q4_1/Q5_1 K's
         if mins is not None:  # block mins, which multiply q's block sums s
@@ -255,7 +255,7 @@ class Layer0:
         out: np.ndarray | None = None
         if quantity in self._input_noise():
             out = self._input_noise()[quantity]
-        elif quantity in ("k", "v"):
+        elif quantity in ("k_view", "v_view"):
             out = self._read()[quantity]
         elif quantity in ("kq", "kq_scores", "kq_soft_max", "kqv", "kqv@flash"):
             out = self._attention(quantity).astype(np.float32)

@@ -17,32 +17,17 @@ from collections import defaultdict
 from ..dump.graph import Evaluation
 from ..dump.records import Node
 from ..dump.roles import Roles, assign
+from ..dump.vocabulary import ROWS, TERMS, per_kv_head, value_of
 from .mapped import Layer, Mapped
 
 LAYOUT = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT"}  # ops that move values without computing
 
-# reference quantity -> its canonical labels (the axes of the array expect.Expected gives for it)
-CANONICAL = {
-    "Qcur": ("query", "head", "dim"),  # Qcur after RoPE [T, H, D_h]
-    "q_scaled": ("query", "head", "dim"),  # q pre-scaled (gemma, phi3)
-    "q": ("query", "head", "dim"),  # what kq reads: pre-scaled and rotated where the graph does so
-    "Kcur": ("query", "kvhead", "dim"),  # [T, H_kv, D_h], before the cache's rounding
-    "Krot": ("query", "kvhead", "dim"),  # K rotated for a quantized K cache
-    "Vcur": ("query", "kvhead", "dim"),
-    "Vrot": ("query", "kvhead", "dim"),
-    "k": ("kvhead", "slot", "dim"),  # K cache [H_kv, slots, D_h] as stored
-    "v": ("kvhead", "dim", "slot"),  # V cache [H_kv, D_h, slots] as stored (transposed)
-    "kq": ("head", "query", "slot"),  # [H, T, slots]
-    "kq_scores": ("head", "query", "slot"),  # what SOFT_MAX reads when not kq (soft-capping)
-    "kq_soft_max": ("head", "query", "slot"),
-    "kqv": ("head", "query", "dim"),  # [H, T, D_h]
-    "rows": ("one", "row", "col"),  # [1, rows, width]: inp_embd, attn_norm, attn_out, ffn_*, l_out, result_*
-}
-KV_QUANTITIES = ("k", "v", "Kcur", "Vcur", "Krot", "Vrot")  # per KV head
-ROW_ROLES = ("inp_embd", "attn_norm", "kqv_unrot", "attn_out", "attn_post", "ffn_inp", "ffn_norm", "ffn_out",
-             "ffn_post", "attn_ffn", "l_out", "result_norm", "result_output")
-
-
+# reference quantity -> its canonical labels (the axes of the array expect.Expected gives for it): each per-head name
+# of the vocabulary with values of its own, and "rows" [1, T, width] for every row role (the reference keeps a row
+# role's value per node: Reference.at_node)
+CANONICAL = {t.name: t.axes for t in TERMS if t.holds is None and t.axes != ROWS} | {"rows": ROWS}
+KV_QUANTITIES = tuple(q for q in CANONICAL if q != "rows" and per_kv_head(q))  # per KV head
+ROW_ROLES = tuple(t.name for t in TERMS if t.kind == "role" and t.axes == ROWS)
 
 
 def _fits(node: Node, labels: tuple[str, str, str], sizes: dict[str, int]) -> bool:
@@ -125,26 +110,26 @@ def _layer(r: dict[str, Node], L: int, ref_layer: int, consumers) -> Layer | Non
         D_h = r["kqv"].ne[0] if "kqv" in r else k.ne[0]
     n_kv, H_kv = k.ne[1], k.ne[2]
     sizes = {"head": H, "kvhead": H_kv, "query": T, "dim": D_h, "one": 1, "slot": n_kv}
-    picks = [
-        ("q", "q", [("head", "query", "dim")]),
-        ("q_scaled", "q_scaled", [("query", "head", "dim")]),
-        ("Qcur", "Qcur", [("query", "head", "dim"), ("one", "query", "col")]),
-        ("Kcur", "Kcur", [("query", "kvhead", "dim"), ("one", "query", "col")]),
-        ("k_rot", "Krot", [("query", "kvhead", "dim")]),
-        ("Vcur", "Vcur", [("query", "kvhead", "dim"), ("one", "query", "col")]),
-        ("v_rot", "Vrot", [("query", "kvhead", "dim")]),
-        ("k_view", "k", [("kvhead", "slot", "dim")]),
-        ("v_view", "v", [("kvhead", "slot", "dim")] if flash else [("kvhead", "dim", "slot")]),
-        ("k_store", "k", [("one", "slot", "col")]),
-        ("kq", "kq", [("head", "query", "slot")]),
-        ("kq_scores", "kq_scores", [("head", "query", "slot")]),
-        ("kq_soft_max", "kq_soft_max", [("head", "query", "slot")]),
-        ("kqv", "kqv", [("head", "query", "dim")]),
-        ("flash_attn", "kqv", [("query", "head", "dim")]),
-        ("kqv_out", "kqv", [("one", "query", "col")]),
+    picks = [  # (role, the layouts its node may have): it shows the reference value of vocabulary.value_of(role)
+        ("q", [("head", "query", "dim")]),
+        ("q_scaled", [("query", "head", "dim")]),
+        ("Qcur", [("query", "head", "dim"), ("one", "query", "col")]),
+        ("Kcur", [("query", "kvhead", "dim"), ("one", "query", "col")]),
+        ("k_rot", [("query", "kvhead", "dim")]),
+        ("Vcur", [("query", "kvhead", "dim"), ("one", "query", "col")]),
+        ("v_rot", [("query", "kvhead", "dim")]),
+        ("k_view", [("kvhead", "slot", "dim")]),
+        ("v_view", [("kvhead", "slot", "dim")] if flash else [("kvhead", "dim", "slot")]),
+        ("k_store", [("one", "slot", "col")]),
+        ("kq", [("head", "query", "slot")]),
+        ("kq_scores", [("head", "query", "slot")]),
+        ("kq_soft_max", [("head", "query", "slot")]),
+        ("kqv", [("head", "query", "dim")]),
+        ("flash_attn", [("query", "head", "dim")]),
+        ("kqv_out", [("one", "query", "col")]),
     ]
     if flash:  # not transposed with flash attention: one row per slot, like K
-        picks.append(("v_store", "v", [("one", "slot", "col")]))
+        picks.append(("v_store", [("one", "slot", "col")]))
     mapped: list[Mapped] = []
     seen: set[int] = set()
 
@@ -153,8 +138,8 @@ def _layer(r: dict[str, Node], L: int, ref_layer: int, consumers) -> Layer | Non
             seen.add(id(m.node))
             mapped.append(m)
 
-    for role, quantity, options in picks:
-        m = _per_head(r.get(role), role, quantity, options, sizes, ref_layer)
+    for role, options in picks:
+        m = _per_head(r.get(role), role, value_of(role), options, sizes, ref_layer)
         if m is None:
             continue
         add(m)
@@ -273,21 +258,21 @@ def _stores(r: dict[str, Node], L: Layer, k: int, unprinted: dict[int, Node]) ->
         m = None
         if n.op == "CPY" and count == width * L.T:
             if n.ne[:3] == (L.T, width, 1):
-                m = Mapped(n, role, role[0], ("one", "col", "query"), k)
+                m = Mapped(n, role, value_of(role), ("one", "col", "query"), k)
             else:
                 base = (width, L.T, 1, 1)
-                m = Mapped(n, role, role[0], ("one", "query", "col"), k, via=(Reshape(n.ne, base),), base=base)
+                m = Mapped(n, role, value_of(role), ("one", "query", "col"), k, via=(Reshape(n.ne, base),), base=base)
             dst = n.inputs[1]
         elif n.op == "SET_ROWS" and role == "v_store" and not L.flash and n.ne[0] == 1 and count % width == 0:
             base = (count // width, width, 1, 1)
-            m = Mapped(n, role, "v", ("one", "col", "slot"), k, via=(Reshape(n.ne, base),), base=base)
+            m = Mapped(n, role, "v_view", ("one", "col", "slot"), k, via=(Reshape(n.ne, base),), base=base)
             dst = unprinted.get(id(n))
         elif n.op == "SET_ROWS":
             m, dst = None, unprinted.get(id(n))
             if dst is not None:  # the whole cache, as the store's own labelled view (k_store: picked in _layer)
                 lab = ("one", "slot", "col") if n.ne[0] == width else None
                 if lab is not None:
-                    out.append(Mapped(dst, role, role[0], lab, k, before=True))
+                    out.append(Mapped(dst, role, value_of(role), lab, k, before=True))
                 dst = None
         else:
             continue

@@ -37,7 +37,7 @@ class Reference:
     """Reference node values keyed by (layer, role); layer is None for inp_embd, result_norm, result_output.
 
     Shapes are the reversed GGML ne of the llama.cpp node, with the KV axis of length n_tokens (unpadded):
-    Qcur, q [T, H, D_h], Kcur/Vcur (and Krot/Vrot) [T, H_kv, D_h], k_cache [H_kv, T, D_h], v_cache [H_kv, D_h, T],
+    Qcur, q [T, H, D_h], Kcur/Vcur (and k_rot/v_rot) [T, H_kv, D_h], k_view [H_kv, T, D_h], v_view [H_kv, D_h, T],
     kq/kq_scores/kq_soft_max [H, T, T], kqv [H, T, D_h], result_output [T, len(vocab_cols)] (the logits at
     vocab_cols only), the others [T, D].
     """

@@ -41,3 +41,14 @@ def test_without_the_model_flash_attention_still_says_what_to_do():
     assert r.code == 3 and "--model GGUF" in r.err and r.out == ""
     bad = run("inspect", FLASH, "--layer", "0", "--head", "12", "--model", MODEL)
     assert bad.code == 2 and bad.err.strip().endswith("head 12 does not exist: heads 0..11")
+
+
+def test_an_unnamed_flash_node_of_a_quantized_cache_is_found_by_the_cache_it_reads():
+    """FLASH_ATTN_EXT printed as node_30 over `cache_k_l0 (view) (permuted)` (q5_0 K, IQ4_NL V): its layer is the
+    cache's, so `inspect --model` walks layer 1 and `list` names both layers' flash nodes (it said "none")."""
+    dump = FIXTURES / "llama-quant-kv-q5_0-iq4_nl-flash.txt"
+    r = run("inspect", dump, "--layer", "1", "--head", "2", "--model", FIXTURES / "models" / "llama-quant-q8_0.gguf")
+    assert r.code == 0, r.err
+    assert "PASS against the model: 576 printed elements of head 2 checked" in r.out
+    text = run("list", dump).out
+    assert "node_30 (556)" in text and "node_73 (1290)" in text, text

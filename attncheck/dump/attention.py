@@ -15,6 +15,7 @@ _LAYOUT = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT", "CPY"}  # ops that
 # layers with these ops and no SOFT_MAX have attention of another kind (hybrid models: Mamba, RWKV, delta-net)
 RECURRENT_OPS = ("GATED_DELTA_NET", "GATED_LINEAR_ATTN", "RWKV_WKV7", "RWKV_WKV6", "SSM_SCAN", "SSM_CONV")
 _LAYER = re.compile(r"-(\d+)(?:\s|$)")
+_CACHE_LAYER = re.compile(r"^cache_[kv]_l(\d+)(?:\s|$)")  # the KV cache's views: cache_k_l0 (view) (permuted)
 
 
 @dataclass(eq=False)
@@ -127,6 +128,10 @@ def layer_of(node: Node, fallback: int) -> int:
 def _named_layer(*names: str) -> int | None:
     for name in names:
         m = _LAYER.search(name)
+        if m:
+            return int(m.group(1))
+    for name in names[1:]:  # an unnamed node (FLASH_ATTN_EXT as node_30) that reads the cache of a layer
+        m = _CACHE_LAYER.match(name)
         if m:
             return int(m.group(1))
     return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .arch.facts import AttentionFacts, Fact
-from .results import FixedTolerance, SiteReport, json_number
+from .results import SiteReport, Tolerance, json_number
 
 SCHEMA = 1
 EXIT_PASS, EXIT_FAIL, EXIT_INPUT, EXIT_UNVERIFIED = 0, 1, 2, 3
@@ -19,7 +19,7 @@ class Report:
     # the scale given before any run was read (verify.given_facts: --kq-scale, else the model's header, else
     # 1/sqrt(D_h)); each run's pinned one is in `facts`, and each site's value in its SiteReport
     kq_scale: Fact = AttentionFacts().kq_scale
-    tolerance: FixedTolerance | None = None  # --atol/--rtol; None: the bounds derived per element (bounds.py)
+    tolerance: Tolerance | None = None  # --atol/--rtol; None: the bounds derived per element (bounds.py)
     sites: list[SiteReport] = field(default_factory=list)
     evaluations: int = 0
     runs: int = 0

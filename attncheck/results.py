@@ -1,7 +1,9 @@
 """What every checker returns: per-element comparisons that know their worst error, the bound there and the factor
 the bound would have needed (Polygraphy-style), gathered per evaluation × layer.
 
-Comparing lives here; reporting (tables, JSON, JUnit) lives in report.py and present/render.py.
+Comparing lives here, with the one kernel every comparison uses (abs_error, within, needed: the dump-only checks,
+`--model` and `diff` alike) and the one Tolerance type; reporting (tables, JSON, JUnit) lives in report.py and
+present/render.py.
 """
 from __future__ import annotations
 
@@ -86,19 +88,42 @@ class CheckResult:
         return self.failed == 0
 
 
-class FixedTolerance(NamedTuple):
-    """check --atol/--rtol: |dumped − recomputed| ≤ atol + rtol·|recomputed|, in place of the derived per-element
-    bounds (diff's Tolerance is diff's own: two dumps against each other, or per-op NMSE)."""
+# ---- the comparison kernel ----------------------------------------------------------------------------------------
+
+def abs_error(got, want) -> np.ndarray:
+    """|got − want| per element, inf where either is not finite: NaN or inf never passes."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(got - want)
+        return np.where(np.isfinite(got) & np.isfinite(want) & ~np.isnan(err), err, np.inf)
+
+
+def within(err, bound) -> np.ndarray:
+    """The pass rule: an element passes when its error is at most its bound (a NaN error or bound never does)."""
+    with np.errstate(invalid="ignore"):
+        return err <= bound
+
+
+def needed(err, bound) -> np.ndarray:
+    """err / bound, 0 where err is 0: the factor the bound would have needed (≤ 1 passes)."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return np.where(err == 0, 0.0, err / bound)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """|got − want| ≤ atol + rtol·|size|. check's --atol/--rtol in place of the derived per-element bounds (size: the
+    recomputed value); diff's elementwise tolerance (size: the larger of the two printed values), which diff/nodes.py
+    extends with its drift and NMSE modes."""
 
     atol: float
     rtol: float
 
-    def bound(self, want) -> np.ndarray:
-        return self.atol + self.rtol * np.abs(np.asarray(want, dtype=np.float64))
+    def bound(self, size) -> np.ndarray:
+        return self.atol + self.rtol * np.abs(np.asarray(size, dtype=np.float64))
 
 
 def compare(check: str, node, got, want, bound, where, unchecked=0, why="", note="",
-            tol: FixedTolerance | None = None) -> CheckResult:
+            tol: Tolerance | None = None) -> CheckResult:
     """Compare flat arrays element by element; `where(i)` names element i. NaN or inf never passes.
 
     tol (--atol/--rtol) replaces the derived bounds. A locator made by located() also gives each element's head:
@@ -109,11 +134,9 @@ def compare(check: str, node, got, want, bound, where, unchecked=0, why="", note
     res = CheckResult(check, node.name, node.line, checked=len(got), unchecked=unchecked, why_unchecked=why, note=note)
     if not len(got):
         return res
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        err = np.abs(got - want)
-        err = np.where(np.isfinite(got) & np.isfinite(want) & ~np.isnan(err), err, np.inf)
-        ratio = np.where(err == 0, 0.0, err / bound)
-    bad = np.flatnonzero(~(err <= bound))
+    err = abs_error(got, want)
+    ratio = needed(err, bound)
+    bad = np.flatnonzero(~within(err, bound))
     worst = int(np.argmax(ratio))
     res.max_error, res.bound, res.ratio = float(err[worst]), float(bound[worst]), float(ratio[worst])
     res.worst, res.failed = where(worst), len(bad)
@@ -127,7 +150,7 @@ def compare(check: str, node, got, want, bound, where, unchecked=0, why="", note
 
 
 def compare_value(check: str, node, got: float, want: float, bound: float, note: str = "",
-                  tol: FixedTolerance | None = None) -> CheckResult:
+                  tol: Tolerance | None = None) -> CheckResult:
     """compare() of one whole-tensor value (a `sum =` line), which has no element to locate (worst is None): the
     same IEEE double arithmetic in Python floats, without a dozen numpy calls on one-element arrays."""
     got, want, bound = float(got), float(want), float(bound)

@@ -22,7 +22,7 @@ from .check.hypotheses import pin
 from .report import Report
 from .dump.graph import Dump, Evaluation, read_dump
 from .errors import DumpError, printable
-from .results import FixedTolerance, SiteReport
+from .results import SiteReport, Tolerance
 from .sites.heads import SiteView, Stack
 from .sites.resolve import Extra
 
@@ -42,7 +42,7 @@ class Options:
     fail_fast: bool = False
     model: str | ModelContext | None = None
     tokens: tuple[int, ...] | None = None
-    tolerance: FixedTolerance | None = None  # --atol/--rtol in place of the derived bounds of the dump-only checks
+    tolerance: Tolerance | None = None  # --atol/--rtol in place of the derived bounds of the dump-only checks
     jobs: int | None = None  # processes reading the dump (None: every core); results do not depend on it
     require_ids: bool = True  # False: a run whose token ids cannot be had gets its dump-only checks, and says why
 

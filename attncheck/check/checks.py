@@ -14,8 +14,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import precision
-from ..results import (MAX_FAILURES, CheckResult, Failure, FixedTolerance, HeadFigures, Location, compare,
-                       compare_value)
+from ..results import (MAX_FAILURES, CheckResult, Failure, HeadFigures, Location, Tolerance, abs_error, compare,
+                       compare_value, needed, within)
 from . import bounds
 from ..sites.heads import SiteView, Stack
 
@@ -34,11 +34,9 @@ class Elements(NamedTuple):
     unchecked: np.ndarray
     why: str = ""
 
-    def ok(self, tol: FixedTolerance | None = None) -> np.ndarray:
+    def ok(self, tol: Tolerance | None = None) -> np.ndarray:
         """[n] within the bound (NaN and inf never are)."""
-        bound = self.bound if tol is None else tol.bound(self.want)
-        with np.errstate(invalid="ignore"):
-            return np.abs(self.got - self.want) <= bound
+        return within(abs_error(self.got, self.want), self.bound if tol is None else tol.bound(self.want))
 
 
 def _empty(n_sites: int, why: str = "", unchecked: np.ndarray | None = None) -> Elements:
@@ -52,7 +50,7 @@ def _per_site(mask: np.ndarray) -> np.ndarray:
     return mask.reshape(len(mask), -1).sum(axis=1)
 
 
-def failing_rows(el: Elements, shape: tuple[int, int, int], tol: FixedTolerance | None = None) -> np.ndarray:
+def failing_rows(el: Elements, shape: tuple[int, int, int], tol: Tolerance | None = None) -> np.ndarray:
     """[s, h, t] printed rows with an element beyond its bound."""
     out = np.zeros(shape, bool)
     bad = ~el.ok(tol)
@@ -60,7 +58,7 @@ def failing_rows(el: Elements, shape: tuple[int, int, int], tol: FixedTolerance 
     return out
 
 
-def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: FixedTolerance | None = None,
+def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: Tolerance | None = None,
             note: str = "", rows: str = "P_rows", per_head: bool = True) -> list[CheckResult]:
     """One CheckResult per site of the stack: what compare() gives for each site's elements, computed for all sites
     at once. `nodes[i]` is the node site i's check names; `last` names the x axis (slot or dim); `rows` the view's
@@ -68,11 +66,9 @@ def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: Fi
     figures (by_head, which the HTML page colours its grid by)."""
     n_sites = len(st.views)
     bound = el.bound if tol is None else tol.bound(el.want)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        err = np.abs(el.got - el.want)
-        err = np.where(np.isfinite(el.got) & np.isfinite(el.want) & ~np.isnan(err), err, np.inf)
-        ratio = np.where(err == 0, 0.0, err / bound)
-    bad = ~(err <= bound)
+    err = abs_error(el.got, el.want)
+    ratio = needed(err, bound)
+    bad = ~within(err, bound)
     checked = np.bincount(el.s, minlength=n_sites)
     failed = np.bincount(el.s[bad], minlength=n_sites)
     worst = np.full(n_sites, -1)
@@ -268,7 +264,7 @@ def pv(st: Stack) -> Elements:
     return Elements(O[s, h, t, d], want[s, h, t, d], bound[s, h, t, d], s, h, t, d, unchecked, ", ".join(why))
 
 
-def softmax_sum(st: Stack, i: int, tol: FixedTolerance | None = None) -> CheckResult:
+def softmax_sum(st: Stack, i: int, tol: Tolerance | None = None) -> CheckResult:
     """Site i's SOFT_MAX `sum =` line: T·H (every row sums to 1) today; the sum of printed values before PR #15637."""
     view = st.views[i]
     site = view.site

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..arch.facts import AttentionFacts
 from ..dump.graph import Evaluation
-from ..results import CheckResult, FixedTolerance, SiteReport
+from ..results import CheckResult, SiteReport, Tolerance
 from . import checks, steps
 from .gather import EvalData, Pending, gather
 from ..sites.heads import SiteView, Stack, Under, select_heads, stacks
@@ -64,7 +64,7 @@ class DumpChecker:
     given: AttentionFacts = field(default_factory=AttentionFacts)
     layers: frozenset[int] | None = None
     heads: frozenset[int] | None = None
-    tolerance: FixedTolerance | None = None
+    tolerance: Tolerance | None = None
     per_head: bool = True  # keep each check's per-head figures (for the HTML page; about half a report's memory)
     _pending: list[Pending] = field(default_factory=list)
     _run: int | None = None

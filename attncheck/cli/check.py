@@ -43,12 +43,12 @@ def check_options(f):
 
 def _options(kq_scale, layers, heads, atol, rtol, jobs, fail_fast, model, tokens):
     """The command line's options as verify.Options (a run without token ids gets its dump-only checks)."""
-    from ..results import FixedTolerance
+    from ..results import Tolerance
     from ..verify import Options
 
     return Options(kq_scale=kq_scale, layers=frozenset(layers) or None, heads=frozenset(heads) or None,
                    fail_fast=fail_fast, model=model, tokens=parse_tokens(tokens), jobs=jobs, require_ids=False,
-                   tolerance=None if atol is None and rtol is None else FixedTolerance(atol or 0.0, rtol or 0.0))
+                   tolerance=None if atol is None and rtol is None else Tolerance(atol or 0.0, rtol or 0.0))
 
 
 def _shown(report: Report, opts, console, quiet: bool, verbose: bool) -> None:

@@ -25,17 +25,17 @@ def diff(old: str, new: str, *, exact: bool = False, prefix: bool = False, model
 def tolerance(exact: bool = False, atol: float | None = None, rtol: float | None = None, nmse: bool = False):
     """The tolerance the options ask for: --atol/--rtol, --nmse, --exact's print precision, else the drift of
     correct builds; ValueError for --nmse with either of the others."""
-    from .compare import ATOL, EXACT, RTOL, Tolerance
+    from .compare import ATOL, EXACT, RTOL, DiffTolerance
 
     if nmse and (atol is not None or rtol is not None):
         raise ValueError("--nmse replaces --atol/--rtol: give one or the other")
     if nmse and exact:
         raise ValueError("--nmse replaces --exact: give one or the other")
     if atol is not None or rtol is not None:
-        return Tolerance(ATOL if atol is None else atol, RTOL if rtol is None else rtol, False, "--atol/--rtol", False)
+        return DiffTolerance(ATOL if atol is None else atol, RTOL if rtol is None else rtol, False, "--atol/--rtol", False)
     if nmse:
-        return Tolerance(nmse=True, origin="nmse", drift=False)
-    return EXACT if exact else Tolerance()
+        return DiffTolerance(nmse=True, origin="nmse", drift=False)
+    return EXACT if exact else DiffTolerance()
 
 
 callable_module(__name__, diff)

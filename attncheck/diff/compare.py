@@ -20,16 +20,16 @@ from ..dump.roles import assign
 from ..model.identity import same_model
 from .drift import DriftModel, Unit, cache_types
 from .report import DiffReport
-from .nodes import (ATOL, DRIFT_ORIGIN, EXACT, NMSE_MAX, NMSE_OTHER, RTOL, NodeDiff, NodeRef, SumDiff,
-                    Tolerance, Unmatched)
+from .nodes import (ATOL, DRIFT_ORIGIN, EXACT, NMSE_MAX, NMSE_OTHER, RTOL, DiffTolerance, NodeDiff, NodeRef,
+                    SumDiff, Unmatched)
 from . import basis, mean
 
-__all__ = ["ATOL", "DRIFT_ORIGIN", "EXACT", "NMSE_MAX", "NMSE_OTHER", "RTOL", "DiffReport", "NodeDiff", "NodeRef",
-           "SumDiff", "Tolerance", "Unmatched", "diff"]
+__all__ = ["ATOL", "DRIFT_ORIGIN", "EXACT", "NMSE_MAX", "NMSE_OTHER", "RTOL", "DiffReport", "DiffTolerance", "NodeDiff",
+           "NodeRef", "SumDiff", "Unmatched", "diff"]
 
 
 def diff(old: Dump | str | BinaryIO, new: Dump | str | BinaryIO, *, prefix: bool = False,
-         tolerance: Tolerance = Tolerance(), weight_types: tuple[tuple[str, ...], str] | None = None,
+         tolerance: DiffTolerance = DiffTolerance(), weight_types: tuple[tuple[str, ...], str] | None = None,
          jobs: int = 1, check: bool = True, model: str | None = None,
          names: tuple[str | None, str | None] = (None, None)) -> DiffReport:
     """Compare two dumps node by node, and check each as `attncheck check` does; DumpError when either cannot be

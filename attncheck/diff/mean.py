@@ -42,7 +42,7 @@ from ..precision import F32, PRINT
 from .align import Aligned
 from .drift import MEAN_FACTOR, DriftModel, unit_of_type
 from .measure import measure
-from .nodes import NodeDiff, Tolerance
+from .nodes import DiffTolerance, NodeDiff
 from .softmax import DERIVED
 
 WEIGHTED_MEANS = ("kqv", "kqv_out")  # P·V and the same values with the heads merged (and the views between them)
@@ -65,7 +65,7 @@ def moves(al: Aligned) -> np.ndarray:
     return d[np.isfinite(d)]
 
 
-def allowed_move(nd: NodeDiff, al: Aligned, tol: Tolerance) -> float:
+def allowed_move(nd: NodeDiff, al: Aligned, tol: DiffTolerance) -> float:
     """The largest |new − old| the node's own allowance lets a printed element show: atol + rtol·max|x| +
     allowed·scale."""
     with np.errstate(invalid="ignore"):
@@ -97,7 +97,7 @@ class Sites:
     row: dict = field(default_factory=dict)  # layer → D_V
     unit: dict = field(default_factory=dict)  # layer → u_c, from the printed cache view's type
 
-    def scores(self, nd: NodeDiff, al: Aligned, n_kv: int, tol: Tolerance) -> None:
+    def scores(self, nd: NodeDiff, al: Aligned, n_kv: int, tol: DiffTolerance) -> None:
         """The scores a SOFT_MAX of this layer reads (kq, or after a soft-cap), measured."""
         d = moves(al)
         if not d.size:
@@ -106,7 +106,7 @@ class Sites:
         if spread >= self.score.get(nd.role.layer, (-1.0,))[0]:
             self.score[nd.role.layer] = (spread, nd.new.name, n_kv)
 
-    def rows(self, nd: NodeDiff, al: Aligned, tol: Tolerance) -> None:
+    def rows(self, nd: NodeDiff, al: Aligned, tol: DiffTolerance) -> None:
         """V rows of this layer (ROW_ROLES), measured; the cache view's type is the unit of kqv's conversions."""
         d = moves(al)
         layer = nd.role.layer
@@ -134,7 +134,7 @@ def allowance(pd: Pending, c: float, scale: float, unit: float) -> tuple[float, 
 
 
 def settle(nodes: list[NodeDiff], scales: dict[tuple[int, int], tuple[float, str]], model: DriftModel | None,
-           tol: Tolerance) -> None:
+           tol: DiffTolerance) -> None:
     """Give every pending weighted mean the allowance derived under its site's kq_scale ((evaluation, layer) →
     (scale, where it was pinned)), or say why it keeps drift.py's."""
     for nd in nodes:

@@ -8,9 +8,10 @@ from .. import precision
 from ..dump.graph import Evaluation
 from ..dump.sample import Sample, parse_sample
 from ..errors import DumpError
+from ..results import needed, within
 from .align import Aligned
 from .drift import SOURCE_OF, elementwise
-from .nodes import SLACK, NodeDiff, SumDiff, Tolerance
+from .nodes import SLACK, DiffTolerance, NodeDiff, SumDiff
 
 
 def store_scales(ev: Evaluation, roles, source: str) -> dict[tuple, float]:
@@ -35,7 +36,7 @@ def store_scales(ev: Evaluation, roles, source: str) -> dict[tuple, float]:
     return out
 
 
-def measure(nd: NodeDiff, al: Aligned, tol: Tolerance, scale_floor: float = 0.0,
+def measure(nd: NodeDiff, al: Aligned, tol: DiffTolerance, scale_floor: float = 0.0,
             allowance: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """max abs/rel error, NMSE, the worst element and the tolerance that would have been needed; under the drift
     model, the node's scale (OLD's rms over the elements printed in both, or the elements' own size for softmax
@@ -52,7 +53,7 @@ def measure(nd: NodeDiff, al: Aligned, tol: Tolerance, scale_floor: float = 0.0,
         a_fin, b_fin = (a, b) if finite else (a[fin], b[fin])
         # OLD's rms (the build trusted so far): a value moved in NEW does not widen its own tolerance
         nd.scale = max(float(np.sqrt(np.mean(a_fin ** 2))) if a_fin.size else 0.0, scale_floor)
-        t = tol.atol + tol.rtol * mag
+        t = tol.bound(mag)
         if allowance is None:
             size = mag if elementwise(nd.role.name) else nd.scale
             beyond = _beyond(np.maximum(err - t, 0.0), size)
@@ -65,13 +66,13 @@ def measure(nd: NodeDiff, al: Aligned, tol: Tolerance, scale_floor: float = 0.0,
             k = int(np.argmax(_beyond(beyond, frac)))
             nd.drift, nd.allowed = float(beyond[k]), float(frac[k])
             t = t + allowed
-        ratio = np.where(err == 0, 0.0, err / t)
-        rel = np.where(err == 0, 0.0, err / mag)
+        ratio = needed(err, t)
+        rel = needed(err, mag)
         num, den = float(np.sum((delta if finite else delta[fin]) ** 2)), float(np.sum(b_fin ** 2))
         need_r = np.where(err <= tol.atol, 0.0, (err - tol.atol) / mag)
     w = int(np.argmax(ratio))
     nd.compared = len(a)
-    nd.failed = int(np.count_nonzero(~(err <= t + SLACK)))
+    nd.failed = int(np.count_nonzero(~within(err, t + SLACK)))
     nd.max_abs, nd.max_rel = float(err.max()), float(rel.max())
     nd.nmse = np.inf if not finite and not same.all() else (num / den if den > 0 else (0.0 if num == 0 else np.inf))
     nd.tol, nd.ratio = float(t[w]), float(ratio[w])
@@ -116,7 +117,7 @@ def full_sum(s: Sample) -> bool:
     return True
 
 
-def sum_diff(sa: Sample, sb: Sample, tol: Tolerance, drift: float = 0.0) -> SumDiff | None:
+def sum_diff(sa: Sample, sb: Sample, tol: DiffTolerance, drift: float = 0.0) -> SumDiff | None:
     """Sums of equal-ne full tensors: 2·5e-7 for the two `%f` prints, n·sum_atol, plus rtol and f32 accumulation
     (n·2^-24, docs/format.md §6) of Σ|x|, estimated as n times the mean printed |x|; plus n times the drift each element
     may show (drift model)."""

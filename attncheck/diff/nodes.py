@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..dump.records import NodeRef
 from ..dump.roles import LAYOUT, Role
+from ..results import Tolerance
 from .drift import elementwise
 
 ATOL = 1e-4
@@ -27,9 +28,9 @@ NOT_COMPUTING = LAYOUT | {"SET_ROWS", "CPY", "GET_ROWS"}
 
 
 @dataclass(frozen=True)
-class Tolerance:
-    """Elementwise atol/rtol (print precision unless given), plus the drift model's allowance (the default), or
-    per-op NMSE thresholds."""
+class DiffTolerance(Tolerance):
+    """results.Tolerance's elementwise atol/rtol (print precision unless given) over max(|old|, |new|), plus the
+    drift model's allowance (the default), or per-op NMSE thresholds."""
 
     atol: float = ATOL
     rtol: float = RTOL
@@ -48,7 +49,7 @@ class Tolerance:
 
 
 DRIFT_ORIGIN = "drift of correct builds"
-EXACT = Tolerance(origin="print precision", drift=False)
+EXACT = DiffTolerance(origin="print precision", drift=False)
 
 
 @dataclass(frozen=True)

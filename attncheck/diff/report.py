@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ..report import EXIT_FAIL, EXIT_INPUT, EXIT_PASS, EXIT_UNVERIFIED, SCHEMA
 from ..results import json_number
 from .drift import DriftModel
-from .nodes import NMSE_MAX, NMSE_OTHER, NOT_COMPUTING, NodeDiff, Tolerance, Unmatched
+from .nodes import NMSE_MAX, NMSE_OTHER, NOT_COMPUTING, DiffTolerance, NodeDiff, Unmatched
 
 
 @dataclass
@@ -16,7 +16,7 @@ class DiffReport:
     old: str
     new: str
     prefix: bool
-    tolerance: Tolerance
+    tolerance: DiffTolerance
     nodes: list[NodeDiff] = field(default_factory=list)  # matched, in OLD's graph order
     only: list[Unmatched] = field(default_factory=list)
     tokens: list[tuple[tuple[int, ...] | None, tuple[int, ...] | None]] = field(default_factory=list)  # per run

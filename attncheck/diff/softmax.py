@@ -30,7 +30,7 @@ from ..precision import PRINT
 from .align import Aligned, key_view
 from .drift import SOFTMAX_FACTOR
 from .measure import measure
-from .nodes import NodeDiff, Tolerance
+from .nodes import DiffTolerance, NodeDiff
 
 SCORE_ROLES = ("kq", "kq_scores")  # what a SOFT_MAX may read: kq itself, or the scores after the steps after it
 NO_SCORES = ("the scores SOFT_MAX reads are not printed in both dumps (or not matched): each weight allowed "
@@ -52,7 +52,7 @@ class Pending:
     scores: str  # the scores node (NEW's name), for the note
 
 
-def pending(weights: Aligned, scores: Aligned, scores_diff: NodeDiff, tol: Tolerance) -> Pending | None:
+def pending(weights: Aligned, scores: Aligned, scores_diff: NodeDiff, tol: DiffTolerance) -> Pending | None:
     """The rows of a softmax node to settle later, or None when weights or scores are not aligned by index."""
     if weights.how != "index" or scores.how != "index" or not len(weights.old):
         return None
@@ -87,7 +87,7 @@ def allowance(pd: Pending, kq_scale: float) -> tuple[np.ndarray, np.ndarray]:
     return np.where(np.isnan(allowed), np.inf, allowed), size
 
 
-def settle(nodes: list[NodeDiff], scales: dict[tuple[int, int], tuple[float, str]], tol: Tolerance) -> None:
+def settle(nodes: list[NodeDiff], scales: dict[tuple[int, int], tuple[float, str]], tol: DiffTolerance) -> None:
     """Give every pending softmax node the allowance derived under its site's kq_scale ((evaluation, layer) →
     (scale, where it was pinned)), or say why it keeps drift.py's."""
     for nd in nodes:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import precision
 from ..dump.sample import Sample, parse_sample, row_line
-from ..results import CheckResult, Failure, Location, compare, compare_value, located
+from ..results import CheckResult, Failure, Location, compare, compare_value, located, within
 from .bounds import F32_REL, NMSE_MAX, PRINT, cascade, node_class
 from .chaos import TWIN_GROSS, TWIN_SYSTEMATIC
 from .grid import coords
@@ -62,8 +62,7 @@ class NodeComparison:
         got, want = s.values[0][keep], e.want[keep]
         base = PRINT + F32_REL * np.abs(want) + e.extra[keep]
         err = np.abs(got - want)
-        with np.errstate(invalid="ignore"):
-            beyond = int(np.count_nonzero(~(err <= base)))
+        beyond = int(np.count_nonzero(~within(err, base)))  # beyond print and f32 rounding (reported)
         unit = None if e.derived else np.where(e.valid[keep], e.unit[keep], 0.0)  # type: ignore[index]
         z = None if unit is None else self._excess(unit, err, base)
         bound, note = self._bound(e, keep, base, unit, z, limits)

@@ -16,6 +16,7 @@ import numpy as np
 from ..dump.graph import Evaluation
 from ..dump.sample import parse_sample
 from ..errors import DumpError
+from ..results import abs_error, within
 
 if TYPE_CHECKING:  # the model's modules import gguf: `diff` without a model does without them
     from .weights import Model
@@ -49,8 +50,7 @@ def _rows(model: Model, ids: list[int]) -> np.ndarray:
 
 
 def _beyond(got: np.ndarray, want: np.ndarray) -> int:
-    with np.errstate(invalid="ignore"):
-        return int(np.count_nonzero(~(np.abs(got.astype(np.float64) - want) <= PRINT)))
+    return int(np.count_nonzero(~within(abs_error(got.astype(np.float64), want), PRINT)))
 
 
 def require_model(model: Model, ev: Evaluation, tokens: tuple[int, ...], source: str) -> None:

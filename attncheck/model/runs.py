@@ -10,6 +10,7 @@ import numpy as np
 from ..dump.graph import Evaluation
 from ..dump.sample import parse_sample
 from ..errors import DumpError
+from ..results import abs_error, within
 from .bounds import F32_REL, MISFIT_SHARE, PRINT
 from .expect import Expected
 from .grid import locate
@@ -269,8 +270,7 @@ class Runs:
             if g is None:
                 continue
             want = g.take(ref)
-            with np.errstate(invalid="ignore"):
-                beyond = int(np.count_nonzero(~(np.abs(s.values[0] - want) <= PRINT + F32_REL * np.abs(want))))
+            beyond = int(np.count_nonzero(~within(abs_error(s.values[0], want), PRINT + F32_REL * np.abs(want))))
             b, t = by.get(m.quantity, (0, 0))
             by[m.quantity] = (b + beyond, t + want.size)
         return by

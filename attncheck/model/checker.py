@@ -54,7 +54,7 @@ class ModelChecker:
         quantized = self.model.has(first) and self.model.tensor_type(first).name not in ("F32", "F16", "BF16")
         self.activations = "8-bit" if quantized else "float"
         if self.kq_scale is not None:
-            self.model.hparams = replace(self.model.hparams, kq_scale=float(self.kq_scale))
+            self.model = self.model.with_hparams(replace(self.model.hparams, kq_scale=float(self.kq_scale)))
         self.runs = Runs(self.model, self.source, self.tokens, deferred=self.deferred)
         self.work = work.Work()
         self._compare = NodeComparison(self.source, self.activations, self.heads, self.summary)

@@ -12,8 +12,10 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from attncheck.model.chaos import _largest_row_median, layer_chaos
+from attncheck.model.chaos import _largest_row_median, _medians, layer_chaos
 from attncheck.model.reference import forward
 from conftest import FIXTURES, attncheck as run
 from dumpedit import DumpEdit
@@ -93,3 +95,20 @@ def test_largest_row_median_is_numpys(kind):
              "zeros": lambda: np.zeros(shape),
              "half-zero": lambda: np.where(rng.random(shape) < 0.5, 0, rng.random(shape))}[kind]().astype(np.float32)
         assert _largest_row_median(z) == float(np.median(z, axis=-1).max())
+
+
+@settings(max_examples=200, deadline=None)
+@given(k=st.integers(1, 40), n=st.integers(1, 200), seed=st.integers(0, 2**31), grid=st.booleans(),
+       zeros=st.integers(0, 100))
+def test_row_medians_are_numpys_bit_for_bit(k, n, seed, grid, zeros):
+    """chaos._medians (one partition) gives np.median's values and type exactly: the middle value, or the mean of the
+    two in f32, ties and rows of zeros (masked weights) included; so the twin's chaos did not move when it came in."""
+    rng = np.random.default_rng(seed)
+    z = np.abs(rng.standard_normal((k, n))).astype(np.float32)
+    if grid:
+        z = np.round(z * 4) / np.float32(4)  # ties
+    z[:, :n * zeros // 100] = 0
+    want = np.median(z, axis=-1)
+    got = _medians(z)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert _largest_row_median(z) == float(want.max())

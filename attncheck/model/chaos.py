@@ -34,15 +34,22 @@ TWIN_SYSTEMATIC = 2.21
 
 def divergence(tensors: Mapping, twin: dict, layer: int | None, last: int) -> tuple[float, float]:
     """(chaos_max, chaos_row) of one layer from the two passes' nodes, keyed (layer, role) (layer None: the output
-    and the last l_out before it): measured as the forward pass goes (reference.forward_layers). Each of the twin's
-    nodes is dropped from `twin` once measured: it is read nowhere else."""
+    and the last l_out before it): measured as the forward pass goes (reference.forward_layers). The twin's nodes
+    are taken out of `twin` as they are measured: they are read nowhere else."""
     worst, row = 0.0, 0.0
+    # a value kept under two keys in both passes (Vcur and Vcur@proj, q and q_scaled, kq_scores and kq: the same
+    # arrays) is measured once; the pairs are held until the end, so that no id is reused meanwhile
+    measured: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for key, a in tensors.items():
         if not (key[0] == layer or (layer is None and key[0] == last and key[1] == "l_out")):
             continue
         t = twin.pop(key, None)
         if t is None or t.shape != a.shape or a.size == 0:
             continue
+        same = measured.get(id(a))
+        if same is not None and same[0] is a and same[1] is t:
+            continue
+        measured[id(a)] = (a, t)
         m, r = _divergence(np.asarray(a, np.float32), np.asarray(t, np.float32))
         worst, row = max(worst, m), max(row, r)
     return worst, row
@@ -74,7 +81,7 @@ def _divergence(a: np.ndarray, t: np.ndarray) -> tuple[float, float]:
 def live_rms(a: np.ndarray) -> float:
     """The rms of a's nonzero elements (exact zeros, the softmax's masked weights, left out), summed in f64: the unit
     of the cascade allowance (node_expectation.py) and of the twin's divergence."""
-    n = np.count_nonzero(a)
+    n = np.count_nonzero(np.not_equal(a, 0))  # as count_nonzero(a) counts (NaN too), 5x faster on floats
     if n == 0:
         return 0.0
     flat = np.asarray(a).reshape(-1)
@@ -87,8 +94,20 @@ def _largest_row_median(z: np.ndarray) -> float:
     if at least n // 2 of its values do, and only those rows are partitioned."""
     n = z.shape[-1]
     top = np.argpartition(z.mean(axis=-1), max(0, len(z) - 64))[-64:]
-    best = float(np.median(z[top], axis=-1).max())
-    above = np.flatnonzero(np.count_nonzero(z > best, axis=-1) >= n // 2)
+    best = float(_medians(z[top]).max())
+    above = np.flatnonzero(np.greater(z, best).view(np.uint8).sum(axis=-1, dtype=np.int64) >= n // 2)
     if above.size:
-        best = max(best, float(np.median(z[above], axis=-1).max()))
+        best = max(best, float(_medians(z[above]).max()))
     return best
+
+
+def _medians(rows: np.ndarray) -> np.ndarray:
+    """np.median(rows, axis=-1) of finite rows [k, n], bit for bit (the middle value, or the mean of the two in the
+    rows' type), with one partition instead of np.median's two-index one (10x faster)."""
+    n = rows.shape[-1]
+    part = np.partition(rows, n // 2, axis=-1)
+    hi = part[:, n // 2]
+    if n % 2:
+        return hi
+    lo = part[:, :n // 2].max(axis=-1)  # every value left of the partition point is at most hi
+    return np.mean(np.stack([lo, hi]), axis=0)

@@ -66,15 +66,26 @@ def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int, printed
         terms.append(exp.noise("kqv@flash" if flash else m.key or m.quantity))
     terms = [t for t in terms if t is not None]
     extra = sum((g.take(t) for t in terms), np.zeros(g.valid.shape))
-    block = g.block(ref)
-    whole = Whole(float(block.sum(dtype=np.float64)), float(np.abs(block).sum(dtype=np.float64)),
-                  float(np.square(block, dtype=np.float64).sum()), int(block.size),
-                  sum(float(g.block(t).sum()) for t in terms))
+    whole = Whole(*_sums(exp, m, ref, position, g.region), sum(float(g.block(t).sum()) for t in terms))
     model = ("derived" if derived else "cascade") + ("+flash" if flash else "")
     unit = None if derived else g.take(_unit(exp, m, ref, position))
     return Expectation(model, g.take(ref), extra, g.valid, whole, unit,
                        note=exp.ref.at_node(ref_layer, m.role, position)[1] if position is not None else "",
                        chaos=(0.0, 0.0) if derived else exp.chaos(ref_layer))
+
+
+def _sums(exp: Expected, m: Mapped, ref: np.ndarray, position: int | None, region: tuple[slice, ...]
+          ) -> tuple[float, float, float, int]:
+    """Σx, Σ|x|, Σx² (f64) and the count of the reference over a whole node's block: kept per value and block, since
+    a value's copies and views (kqv, kqv_out and its permutes; the K cache, its store and views) cover the same one."""
+    key = ("sums", m.ref_layer, m.key or m.quantity, m.role if m.quantity == "rows" else "", position,
+           tuple((r.start, r.stop, r.step) for r in region))
+    got = exp._cache.get(key)
+    if got is None:
+        block = np.asarray(ref)[region]
+        got = exp._cache[key] = (float(block.sum(dtype=np.float64)), float(np.abs(block).sum(dtype=np.float64)),
+                                 float(np.square(block, dtype=np.float64).sum()), int(block.size))
+    return got  # type: ignore[return-value]
 
 
 def _unit(exp: Expected, m: Mapped, ref: np.ndarray, position: int | None) -> np.ndarray:

@@ -98,9 +98,10 @@ def abs_error(got, want) -> np.ndarray:
 
 
 def within(err, bound) -> np.ndarray:
-    """The pass rule: an element passes when its error is at most its bound (a NaN error or bound never does)."""
+    """The pass rule: an element passes when its error is finite and at most its bound (a NaN error or bound never
+    does, nor an infinite error under an infinite bound: --rtol of an inf)."""
     with np.errstate(invalid="ignore"):
-        return err <= bound
+        return (err <= bound) & (err < np.inf)
 
 
 def needed(err, bound) -> np.ndarray:
@@ -167,7 +168,7 @@ def compare_value(check: str, node, got: float, want: float, bound: float, note:
     else:
         ratio = err / bound
     res.max_error, res.bound, res.ratio = err, bound, ratio
-    if not err <= bound:
+    if not err <= bound or err == math.inf:  # within()'s rule
         res.failed, res.failures = 1, [Failure(None, got, want, bound)]
     return res
 

@@ -45,6 +45,11 @@ def test_compare_value_fails_what_it_should():
     for got in (4.1, math.nan, math.inf):
         res = compare_value("sum", NODE, got, 4.0, 5e-7)
         assert not res.passed and res.failed == 1 and res.failures[0].at is None
+    # an infinite error never passes, not even under the infinite bound --rtol gives an inf
+    for got, want in ((math.inf, math.inf), (1.0, math.inf), (-math.inf, math.inf)):
+        assert not compare_value("sum", NODE, got, want, 0.0, tol=Tolerance(0.0, 1.0)).passed
+        with np.errstate(all="ignore"):
+            assert not compare("sum", NODE, [got], [want], [0.0], lambda i: None, tol=Tolerance(0.0, 1.0)).passed
 
 
 # ---- one kernel: check's compare and diff's measure hold elements to the same pass rule ------------------------------

@@ -52,3 +52,21 @@ def test_an_unnamed_flash_node_of_a_quantized_cache_is_found_by_the_cache_it_rea
     assert "PASS against the model: 576 printed elements of head 2 checked" in r.out
     text = run("list", dump).out
     assert "node_30 (556)" in text and "node_73 (1290)" in text, text
+
+
+def test_two_unnamed_flash_nodes_over_one_cache_get_no_layer(tmp_path):
+    """Layers that share a KV cache (gemma3n's last layers read an earlier layer's) would give two unnamed flash nodes
+    one cache layer: neither is given it, rather than one walked as the other. Hand-made from the fixture above (its
+    layer-1 node pointed at layer 0's cache view): no real dump of a cache-sharing model with flash attention ships."""
+    from attncheck import read_dump
+
+    src = FIXTURES / "llama-quant-kv-q5_0-iq4_nl-flash.txt"
+    lines = src.read_text().splitlines(keepends=True)
+    assert "cache_k_l1 (view) (permuted){" in lines[1289]
+    lines[1289] = lines[1289].replace("cache_k_l1 (view) (permuted){", "cache_k_l0 (view) (permuted){")
+    shared = tmp_path / "shared-cache.txt"
+    shared.write_text("".join(lines))
+    assert list(next(read_dump(src).evaluations()).flash_layers()) == [0, 1]
+    assert next(read_dump(shared).evaluations()).flash_layers() == {}
+    r = run("inspect", shared, "--layer", "0", "--head", "0", "--model", FIXTURES / "models" / "llama-quant-q8_0.gguf")
+    assert r.code == 2 and "layer 0 has no flash attention in evaluation 0: layers none; 2 FLASH_ATTN_EXT" in r.err, r.err

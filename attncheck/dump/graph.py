@@ -69,6 +69,14 @@ class Evaluation:
             return self.flash[0].ne[2]
         return None
 
+    def flash_layers(self) -> dict[int, Node]:
+        """The FLASH_ATTN_EXT nodes by layer: the layer their name says, or (an unnamed node_N) the layer of the cache
+        view they read; a layer two of them would claim (layers sharing a cache) is left out, not guessed."""
+        by: dict[int, list[Node]] = {}
+        for f in self.flash:
+            by.setdefault(layer_of(f, -1), []).append(f)
+        return {L: fs[0] for L, fs in sorted(by.items()) if L >= 0 and len(fs) == 1}
+
     def layer_kinds(self) -> dict[int, str]:
         """What attention each numbered layer has: softmax, flash, recurrent (the op), or none; layers are read from
         the `-L` suffix of node names, the way llama.cpp names every node of layer L."""
@@ -80,8 +88,8 @@ class Evaluation:
         kinds = {L: next((f"recurrent ({op})" for op in RECURRENT_OPS if op in o), "none") for L, o in ops.items()}
         for s in self.sites:
             kinds[s.layer] = "softmax"
-        for f in self.flash:
-            kinds[layer_of(f, -1)] = "flash"
+        for L in self.flash_layers():
+            kinds[L] = "flash"
         kinds.pop(-1, None)
         return dict(sorted(kinds.items()))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
-from .attention import layer_of
 from .graph import Dump, Evaluation
 
 
@@ -31,7 +30,7 @@ def rows(ev: Evaluation) -> Iterator[Row]:
     """The rows of one evaluation: its layers in order, then its SOFT_MAXes that are not attention."""
     head = (ev.index, ev.run, ev.n_past, ev.T, len(ev.nodes))
     sites = {s.layer: s for s in ev.sites}
-    flash = {layer_of(f, -1): f for f in ev.flash}
+    flash = ev.flash_layers()
     for layer, kind in ev.layer_kinds().items():
         if layer in sites:
             s = sites[layer]

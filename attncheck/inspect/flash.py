@@ -13,7 +13,6 @@ from rich.console import Console
 from rich.panel import Panel
 
 from ..sites.heads import kv_head
-from ..dump.attention import layer_of
 from ..dump.graph import Dump, read_dump
 from ..dump.sample import parse_sample
 from ..errors import DumpError, markup as escape
@@ -65,10 +64,13 @@ def flash_walk(dump: Dump | str, layer: int, head: int, model, query: int | None
             checker.check(ev)  # the run's reference follows every evaluation
             ev.nodes.clear()
             continue
-        flash = {layer_of(f, -1): f for f in ev.flash}
+        flash = ev.flash_layers()
         if layer not in flash:
+            unplaced = len(ev.flash) - len(flash)
             raise DumpError(dump.source, None, f"layer {layer} has no flash attention in evaluation {evaluation}: "
-                                               f"layers {span(sorted(flash))}")
+                                               f"layers {span(sorted(flash)) if flash else 'none'}"
+                                               + (f"; {unplaced} FLASH_ATTN_EXT node(s) name no layer of their own "
+                                                  "and read a cache another one reads too" if unplaced else ""))
         node = flash[layer]
         D_h, H, T = node.ne[0], node.ne[1], node.ne[2]
         if not 0 <= head < H:

@@ -32,7 +32,8 @@ def tolerance(exact: bool = False, atol: float | None = None, rtol: float | None
     if nmse and exact:
         raise ValueError("--nmse replaces --exact: give one or the other")
     if atol is not None or rtol is not None:
-        return DiffTolerance(ATOL if atol is None else atol, RTOL if rtol is None else rtol, False, "--atol/--rtol", False)
+        return DiffTolerance(ATOL if atol is None else atol, RTOL if rtol is None else rtol, False, "--atol/--rtol",
+                             False)
     if nmse:
         return DiffTolerance(nmse=True, origin="nmse", drift=False)
     return EXACT if exact else DiffTolerance()

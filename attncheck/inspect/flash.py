@@ -96,7 +96,8 @@ def flash_walk(dump: Dump | str, layer: int, head: int, model, query: int | None
                         none(pos + 1)),
                 FullRow("kqv", node.name, np.arange(D_h), np.asarray(ref.get(layer, "kqv"))[head, pos], out))
         g = int(kv_head(head, H, H_kv))
-        mw = ModelWalk(model.path, ref.hparams.arch, arithmetic, rows, np.asarray(ref.get(layer, "k_view"))[g, :pos + 1],
+        mw = ModelWalk(model.path, ref.hparams.arch, arithmetic, rows,
+                       np.asarray(ref.get(layer, "k_view"))[g, :pos + 1],
                        np.asarray(ref.get(layer, "v_view"))[g, :, :pos + 1].T,
                        tuple(r for sr in reports for r in sr.results))
         run_tokens = next((r.tokens for r in dump.runs if r.tokens is not None), None) if dump.runs else None

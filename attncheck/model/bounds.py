@@ -81,8 +81,8 @@ def node_class(quantity: str, role: str) -> str:
 # fewer (0: any; at 10 %, a 2024 SmolLM2 run with 17 of 1,116 beyond under the wrong one failed kqv-0 at need 1.03)
 MISFIT_SHARE = 0.0
 
-DERIVED = ("Qcur", "q_scaled", "q", "Kcur", "k_rot", "Vcur", "v_rot", "k_view", "v_view", "kq", "kq_scores", "kq_soft_max",
-           "kqv")  # quantities held to the layer-0 bound
+DERIVED = ("Qcur", "q_scaled", "q", "Kcur", "k_rot", "Vcur", "v_rot", "k_view", "v_view", "kq", "kq_scores",
+           "kq_soft_max", "kqv")  # quantities held to the layer-0 bound
 DERIVED_ROWS = ("inp_embd", "inp_pos", "attn_norm", "qkv")
 ERROR_MODELS = {
     "derived": "5e-5 + 2^-20|ref| + f32 summation noise + every rounding a value within that noise can take the "

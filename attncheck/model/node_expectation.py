@@ -74,12 +74,17 @@ def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int, printed
                        chaos=(0.0, 0.0) if derived else exp.chaos(ref_layer))
 
 
+def _value_key(m: Mapped, position: int | None) -> tuple:
+    """What names the reference value a mapped node reads (Expected.value's arguments): the keys of what is kept per
+    value in Expected._cache."""
+    return m.ref_layer, m.key or m.quantity, m.role if m.quantity == "rows" else "", position
+
+
 def _sums(exp: Expected, m: Mapped, ref: np.ndarray, position: int | None, region: tuple[slice, ...]
           ) -> tuple[float, float, float, int]:
     """Σx, Σ|x|, Σx² (f64) and the count of the reference over a whole node's block: kept per value and block, since
     a value's copies and views (kqv, kqv_out and its permutes; the K cache, its store and views) cover the same one."""
-    key = ("sums", m.ref_layer, m.key or m.quantity, m.role if m.quantity == "rows" else "", position,
-           tuple((r.start, r.stop, r.step) for r in region))
+    key = ("sums", *_value_key(m, position), tuple((r.start, r.stop, r.step) for r in region))
     got = exp._cache.get(key)
     if got is None:
         block = np.asarray(ref)[region]
@@ -93,7 +98,7 @@ def _unit(exp: Expected, m: Mapped, ref: np.ndarray, position: int | None) -> np
     element but exact zeros, the softmax's masked weights) — the same wherever the value is read (a copy, a view, a
     store: the arrays are equal) — times, for a norm's output y_t = w·x_t/rms(x_t), its row's gain
     rms(x)/rms(x_t) (>= 1: a row whose rms is below the whole input's amplifies the deviation it carries)."""
-    key = ("unit", m.ref_layer, m.key or m.quantity, m.role if m.quantity == "rows" else "", position)
+    key = ("unit", *_value_key(m, position))
     got = exp._cache.get(key)
     if got is None:
         a = np.asarray(ref)

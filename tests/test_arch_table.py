@@ -121,7 +121,7 @@ def test_the_reference_computes_every_ffn_word_its_own_way():
     for word in get_args(Ffn):
         read = []
 
-        def linear(prefix, v, key=None, read=read):
+        def linear(prefix, v, key=None, memo=None, read=read):
             read.append(prefix.split(".")[-1])
             return np.asarray(v, np.float32) * (1.0 if prefix.endswith("up") else 0.5)
 

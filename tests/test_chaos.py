@@ -112,3 +112,19 @@ def test_row_medians_are_numpys_bit_for_bit(k, n, seed, grid, zeros):
     got = _medians(z)
     assert got.dtype == want.dtype and np.array_equal(got, want)
     assert _largest_row_median(z) == float(want.max())
+
+
+def test_the_twin_measures_each_values_rms_once_for_the_cascade_unit(twin_ref):
+    """divergence() keeps the live rms of each array it measured (Reference.rms), and the cascade allowance's unit
+    reads it there, through any view of the same elements ([None], as a rows node reads its value): it must be
+    live_rms's own figure, and an array the twin never measured (another object, the same values copied) is computed."""
+    from attncheck.model.chaos import kept_rms, live_rms, where
+
+    ref, model, tokens = twin_ref
+    a = ref.get(1, "attn_out")
+    assert where(a) in ref.rms and ref.rms[where(a)][0] is a
+    assert kept_rms(ref.rms, a[None]) == live_rms(a) == ref.rms[where(a)][1]
+    copy = a.copy()
+    assert where(copy) not in ref.rms and kept_rms(ref.rms, copy) == live_rms(a)
+    half = a[:, : a.shape[1] // 2]  # other elements of the same memory: not the kept figure
+    assert where(half) not in ref.rms and kept_rms(ref.rms, half) == live_rms(half)

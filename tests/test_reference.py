@@ -462,6 +462,7 @@ def test_tolerance_catches_missing_activation_conversion(
 ) -> None:
     """Without the Q8_0 (gpt2) / f16 (llama) conversion of MUL_MAT inputs, layer 0 leaves print precision."""
     monkeypatch.setattr(reference, "weight_matmul",
-                        lambda model, name, x, f16_src1="convert", exact=True: matmul.dot(x, model.matrix(name), "f32"))
+                        lambda model, name, x, f16_src1="convert", exact=True, memo=None, weights=None:
+                        matmul.dot(x, model.matrix(name), "f32"))
     ref = _reference(dump, model_path, "f16")
     assert _tight_failures(dump, ref, "f16")

@@ -188,3 +188,42 @@ def test_gelu_is_the_f16_table_of_the_tanh_formula():
     exact = 0.5 * h64 * (1 + np.tanh(np.sqrt(2 / np.pi) * h64 * (1 + 0.044715 * h64 * h64)))
     calm = (x > -3) & (x < 10)
     np.testing.assert_allclose(got[calm], exact[calm], rtol=2.0**-10, atol=2.0**-24)
+
+
+def test_the_pass_and_its_twin_dequantize_a_weight_once_and_convert_an_input_once(monkeypatch):
+    """Past layer 0 the reference and its twin read each weight from one dequantization (weights.Shared), and the
+    projections that read one input (q, k, v; gate and up) convert it once (matmul.converted): the reference must be
+    what it was with a dequantization and a conversion per MUL_MAT."""
+    from attncheck.model import matmul
+    from attncheck.model.reference import forward
+    from attncheck.model.weights import Model, Shared, load_model
+
+    model = load_model(str(FIXTURES / "models" / "llama-quant-q8_0.gguf"))
+    tokens = [275, 293, 296, 297, 301]
+    calls = {"matrix": 0, "convert": 0}
+    real_matrix, real_convert = Model.matrix, matmul.convert
+
+    def matrix(self, *a, **k):
+        calls["matrix"] += 1
+        return real_matrix(self, *a, **k)
+
+    def convert(*a, **k):
+        calls["convert"] += 1
+        return real_convert(*a, **k)
+
+    monkeypatch.setattr(Model, "matrix", matrix)
+    monkeypatch.setattr(matmul, "convert", convert)
+    ref = forward(model, tokens, twin=True)
+    shared = dict(calls)
+    monkeypatch.setattr(Shared, "matrix", lambda self, name, dtype=np.float64: matrix(self.model, name, dtype))
+    monkeypatch.setattr(matmul, "converted", lambda x, fmt, dtype, memo=None: (lambda c: (
+        c[0].astype(dtype, copy=False), c[1]))(convert(x, fmt)))
+    calls.update(matrix=0, convert=0)
+    alone = forward(model, tokens, twin=True)
+    n_layer, per_layer = model.hparams.n_layer, 7  # q, k, v, attn_output, gate, up, down
+    assert calls["matrix"] == 2 * n_layer * per_layer  # each pass its own, in every layer
+    assert shared["matrix"] == 2 * per_layer + (n_layer - 1) * per_layer  # layer 0: f64 and f32; then one for both
+    assert shared["convert"] < calls["convert"]
+    assert ref.tensors.keys() == alone.tensors.keys() and ref.chaos == alone.chaos
+    for key, value in alone.tensors.items():
+        assert np.array_equal(ref.tensors[key], value, equal_nan=True), key

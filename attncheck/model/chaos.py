@@ -6,7 +6,7 @@ value lies on the other side of a rounding midpoint of the next conversion (an a
 K or V stored in a 4-bit cache, an IQ4_NL block whose scale a search picks), and what follows moves by whole steps.
 How much depends on the model, the prompt and the cache type, which a table fitted on other runs cannot know. So the
 reference runs twice: the second pass, the twin, moves every weight MUL_MAT's output by noise of the size by which
-another summation order moves it (reference.TWIN_JITTER), and diverges from the first as a correct llama.cpp does.
+another summation order moves it (TWIN_JITTER), and diverges from the first as a correct llama.cpp does.
 Its divergence per layer, in the units of the cascade allowance (the rms of each value), is the run's own chaos:
 
     chaos_max(layer)  the largest |twin − reference| / rms over every node of the layer, every token and element
@@ -32,10 +32,29 @@ TWIN_GROSS = 2.62
 TWIN_SYSTEMATIC = 2.21
 
 
-def divergence(tensors: Mapping, twin: dict, layer: int | None, last: int) -> tuple[float, float]:
+# The twin pass's perturbation of each weight MUL_MAT output y [T, n_out] with n_in inputs: uniform in
+# ±TWIN_JITTER·2^-24·sqrt(n_in)·rms(y's row), the size of the f32 summation noise by which llama.cpp's sums differ
+# from the reference's (their order differs), a few times over, so that the twin rounds values the other way at least
+# as often
+TWIN_JITTER = 4.0
+TWIN_SEED = 1  # fixed: the same run gives the same verdict
+
+
+def jitter(y: np.ndarray, n_in: int, rng: np.random.Generator) -> np.ndarray:
+    """y [T, n_out] moved as another f32 summation order could move it (the twin pass)."""
+    rms = np.sqrt(np.mean(np.square(y, dtype=np.float64), axis=-1, keepdims=True))
+    moved = rng.uniform(-1, 1, y.shape)
+    moved *= TWIN_JITTER * 2.0**-24 * np.sqrt(n_in) * rms
+    moved += y
+    return moved.astype(np.float32)
+
+
+def divergence(tensors: Mapping, twin: dict, layer: int | None, last: int, rms: dict | None = None
+               ) -> tuple[float, float]:
     """(chaos_max, chaos_row) of one layer from the two passes' nodes, keyed (layer, role) (layer None: the output
     and the last l_out before it): measured as the forward pass goes (reference.forward_layers). The twin's nodes
-    are taken out of `twin` as they are measured: they are read nowhere else."""
+    are taken out of `twin` as they are measured: they are read nowhere else. rms: each measured array's live_rms is
+    put there (by where(), with the array), for the cascade allowance's unit to read instead of computing it again."""
     worst, row = 0.0, 0.0
     # a value kept under two keys in both passes (Vcur and Vcur@proj, q and q_scaled, kq_scores and kq: the same
     # arrays) is measured once; the pairs are held until the end, so that no id is reused meanwhile
@@ -50,9 +69,28 @@ def divergence(tensors: Mapping, twin: dict, layer: int | None, last: int) -> tu
         if same is not None and same[0] is a and same[1] is t:
             continue
         measured[id(a)] = (a, t)
-        m, r = _divergence(np.asarray(a, np.float32), np.asarray(t, np.float32))
+        a32 = np.asarray(a, np.float32)
+        unit = live_rms(a32)
+        if rms is not None and a32 is a:
+            rms[where(a)] = (a, unit)
+        m, r = _divergence(a32, np.asarray(t, np.float32), unit)
         worst, row = max(worst, m), max(row, r)
     return worst, row
+
+
+def where(a: np.ndarray) -> tuple:
+    """What names the elements an array views, whichever object views them (a value, its [None] view): their
+    address, shape, strides and type, leading axes of one left out."""
+    a = np.asarray(a)
+    while a.ndim and a.shape[0] == 1:
+        a = a[0]
+    return a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str
+
+
+def kept_rms(rms: Mapping, a: np.ndarray) -> float:
+    """live_rms(a), from `rms` when divergence() measured the same elements (where())."""
+    got = rms.get(where(a))
+    return got[1] if got is not None else live_rms(a)
 
 
 def layer_chaos(ref, layer: int | None) -> tuple[float, float]:
@@ -61,10 +99,9 @@ def layer_chaos(ref, layer: int | None) -> tuple[float, float]:
     return ref.chaos.get(layer, (0.0, 0.0))
 
 
-def _divergence(a: np.ndarray, t: np.ndarray) -> tuple[float, float]:
-    """|t − a| in units of a's rms (exact zeros, the softmax's masked weights, left out): the largest, and the
-    largest median of a row (the last axis)."""
-    rms = live_rms(a)
+def _divergence(a: np.ndarray, t: np.ndarray, rms: float) -> tuple[float, float]:
+    """|t − a| in units of rms, a's live_rms (exact zeros, the softmax's masked weights, left out): the largest, and
+    the largest median of a row (the last axis)."""
     if rms == 0:
         return 0.0, 0.0
     with np.errstate(over="ignore", invalid="ignore"):

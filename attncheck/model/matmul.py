@@ -19,7 +19,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
 from . import numerics
-from .weights import Model
+from .weights import Model, Shared
 
 F32 = np.float32
 F64 = np.float64
@@ -51,25 +51,44 @@ def convert(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray | None]:
     return f(x), None
 
 
-def dot(x: np.ndarray, w: np.ndarray, fmt: str, mins: np.ndarray | None = None) -> np.ndarray:
+def converted(x: np.ndarray, fmt: str, dtype, memo: dict | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """convert(x, fmt), its values as dtype; memo ({(fmt, dtype): (x, the conversion)}, one x each) keeps it for the
+    next MUL_MAT of the same x and format (q, k and v, or gate and up, read one x: ggml-cpu converts it for each,
+    to the same values)."""
+    got = memo.get((fmt, dtype)) if memo is not None else None
+    if got is not None and got[0] is x:
+        return got[1]
+    xc, s_err = convert(x, fmt)
+    out = (xc.astype(dtype, copy=False), s_err)
+    if memo is not None:
+        memo[(fmt, dtype)] = (x, out)
+    return out
+
+
+def dot(x: np.ndarray, w: np.ndarray, fmt: str, mins: np.ndarray | None = None, memo: dict | None = None
+        ) -> np.ndarray:
     """x [..., T, n] · w [..., m, n]ᵀ → [..., T, m] (f32) as ggml-cpu computes it with activations converted to fmt;
     mins [..., m, n / 32]: the block mins of a Q4_1/Q5_1 src0 (its Q8_1 block-sum term). The sums are exact (f64)
-    for a float64 w, f32 (BLAS) for a float32 one."""
-    xc, s_err = convert(x, fmt)
+    for a float64 w, f32 (BLAS) for a float32 one. memo: converted()'s."""
     dtype = F64 if w.dtype == F64 else F32
-    y = np.matmul(xc.astype(dtype, copy=False), np.swapaxes(w, -1, -2).astype(dtype, copy=False))
+    xc, s_err = converted(x, fmt, dtype, memo)
+    y = np.matmul(xc, np.swapaxes(w, -1, -2).astype(dtype, copy=False))
     if s_err is not None and mins is not None:
         y = y + np.matmul(s_err, np.swapaxes(mins, -1, -2).astype(F64)).astype(dtype)
     return y.astype(F32, copy=False)
 
 
-def weight_matmul(model: Model, name: str, x: np.ndarray, f16_src1: str = "convert", exact: bool = True) -> np.ndarray:
-    """MUL_MAT(weight, x) for x [T, n_in] → [T, n_out], the weight dequantized for this call only; exact: sums in f64
-    (layer 0, held to print precision), else in f32 (deeper layers, held to the cascade allowance: 3x faster)."""
+def weight_matmul(model: Model, name: str, x: np.ndarray, f16_src1: str = "convert", exact: bool = True,
+                  memo: dict | None = None, weights: Shared | None = None) -> np.ndarray:
+    """MUL_MAT(weight, x) for x [T, n_in] → [T, n_out], the weight dequantized for this call only, or taken from
+    `weights` (shared by the passes that read it); exact: sums in f64 (layer 0, held to print precision), else in f32
+    (deeper layers, held to the cascade allowance: 3x faster). memo: converted()'s."""
     qtype = model.tensor_type(name)
     fmt = "f32" if (qtype == QT.F16 and f16_src1 == "f32") else vec_dot_type(qtype)
     mins = numerics.block_mins(model.raw(name), qtype) if qtype in Q8_1_TYPES else None
-    return dot(x, model.matrix(name, F64 if exact else F32), fmt, mins)
+    dtype = F64 if exact else F32
+    w = weights.matrix(name, dtype) if weights is not None else model.matrix(name, dtype)
+    return dot(x, w, fmt, mins, memo)
 
 
 def weight_rows(model: Model, name: str, x: np.ndarray, rows: np.ndarray, f16_src1: str = "convert") -> np.ndarray:

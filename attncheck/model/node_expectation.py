@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .bounds import DERIVED, DERIVED_ROWS
-from .chaos import live_rms
+from .chaos import kept_rms
 from .expect import Expected
 from .grid import locate
 from .mapping import CANONICAL, Layer, Mapped
@@ -102,7 +102,7 @@ def _unit(exp: Expected, m: Mapped, ref: np.ndarray, position: int | None) -> np
     got = exp._cache.get(key)
     if got is None:
         a = np.asarray(ref)
-        rms = live_rms(a)
+        rms = kept_rms(exp.ref.rms, a)
         got = np.broadcast_to(rms, a.shape)
         x = exp.norm_input(m.role, m.ref_layer) if m.quantity == "rows" and m.key in (None, m.role) else None
         if x is not None and x.shape[0] == a.shape[1]:

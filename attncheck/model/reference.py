@@ -8,7 +8,8 @@ and Hadamard rotation, q and P converted before the attention MUL_MATs (attentio
 and under flash attention the output projection's input as FLASH_ATTN_EXT's kernel computed it (flash.py).
 With that, layer 0 agrees with printed dumps to their print precision (1e-4), instead of 1e-2.
 
-Weights are dequantized one tensor at a time, used and dropped; the token embedding is read only at the prompt's
+Weights are dequantized one tensor at a time, used and dropped (past layer 0, once for the pass and its twin:
+weights.Shared); the token embedding is read only at the prompt's
 rows, and the output projection only at the vocabulary entries a dump prints (the first and last three).
 """
 
@@ -21,13 +22,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..dump.sample import printed_indices
-from . import blocks, flash
+from . import blocks, chaos, flash
 from .attention import Cache, attention
 from .chaos import divergence
 from .hparams import Hparams
 from .matmul import F16_SRC1, weight_matmul, weight_rows
 from .numerics import KV_TYPES
-from .weights import Model
+from .weights import Model, Shared
 
 F32 = np.float32
 
@@ -56,6 +57,8 @@ class Reference:
     # per layer held (None: the output), the divergence of the twin pass from this one (each weight MUL_MAT's output
     # moved by f32 summation noise): (chaos_max, chaos_row) (chaos.py); empty without the twin
     chaos: Mapping[int | None, tuple[float, float]] = field(default_factory=dict)
+    # the live rms of each array the twin's divergence measured, keyed by chaos.where (the array held beside it)
+    rms: Mapping[tuple, tuple[np.ndarray, float]] = field(default_factory=dict)
 
     @property
     def n_tokens(self) -> int:
@@ -87,8 +90,11 @@ class _Pass:
     """One forward pass: the model, its arithmetic, and the nodes computed so far."""
 
     def __init__(self, model: Model, f16_src1: str, cache: Cache, fa: flash.Plan | None = None,
-                 jitter: np.random.Generator | None = None, q_exact: np.ndarray | None = None):
+                 jitter: np.random.Generator | None = None, q_exact: np.ndarray | None = None,
+                 weights: Shared | None = None):
         self.m, self.hp, self.fw, self.s1, self.cache = model, model.hparams, model.hparams.forward, f16_src1, cache
+        self.weights = weights  # the weights dequantized once for this pass and its twin, None: for this pass only
+        self.shared: Shared | None = None  # weights in this layer: layer 0's are not (f64 here, f32 in the twin)
         self.jitter = jitter  # the twin pass: each weight MUL_MAT's output moved by summation noise (chaos.py)
         self.q_exact = q_exact  # [T] queries whose kq took q as f32 (attention.py), None: none
         self.fa = fa  # the flash-attention kernel of each query position (flash.py), None without flash attention
@@ -97,10 +103,12 @@ class _Pass:
         self.exact = True  # f64 sums in layer 0 (held to print precision), f32 in deeper layers
         self.cols: np.ndarray | None = None  # the vocabulary entries the logits are computed at
 
-    def linear(self, prefix: str, x: np.ndarray, key: tuple[int | None, str] | None = None) -> np.ndarray:
+    def linear(self, prefix: str, x: np.ndarray, key: tuple[int | None, str] | None = None,
+               memo: dict | None = None) -> np.ndarray:
         """MUL_MAT with `prefix.weight`, then ADD `prefix.bias` when the model has one; with a key (layer, role), the
-        value after the MUL_MAT is kept as role@mm when a bias follows, the result as role (chains.py)."""
-        steps = self.linear_steps(prefix, x)
+        value after the MUL_MAT is kept as role@mm when a bias follows, the result as role (chains.py). memo: x's
+        conversions, kept for the projections that read the same x (matmul.converted)."""
+        steps = self.linear_steps(prefix, x, memo)
         if key is not None:
             self.keep(key, steps)
         return steps[-1]
@@ -113,11 +121,11 @@ class _Pass:
             self.out[(layer, f"{role}@{name}")] = v
         self.out[(layer, role)] = steps[-1]
 
-    def linear_steps(self, prefix: str, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    def linear_steps(self, prefix: str, x: np.ndarray, memo: dict | None = None) -> tuple[np.ndarray, ...]:
         """linear's value after the MUL_MAT, and after the bias ADD when the model has one."""
-        y = weight_matmul(self.m, prefix + ".weight", x, self.s1, exact=self.exact)
+        y = weight_matmul(self.m, prefix + ".weight", x, self.s1, self.exact, memo, self.shared)
         if self.jitter is not None:
-            y = _jitter(y, x.shape[-1], self.jitter)
+            y = chaos.jitter(y, x.shape[-1], self.jitter)
         if self.m.has(prefix + ".bias"):
             return y, (y + self.m.tensor(prefix + ".bias")).astype(F32)
         return (y,)
@@ -149,8 +157,9 @@ class _Pass:
             qkv = self.linear(p + "attn_qkv", x, (il, "qkv"))
             parts = {"Qcur": (qkv[:, :d],), "Kcur": (qkv[:, d:d + d_kv],), "Vcur": (qkv[:, d + d_kv:],)}
         else:
-            parts = {r: self.linear_steps(p + w, x) for r, w in (("Qcur", "attn_q"), ("Kcur", "attn_k"),
-                                                                 ("Vcur", "attn_v"))}
+            memo: dict = {}  # x converted once for the three
+            parts = {r: self.linear_steps(p + w, x, memo) for r, w in (("Qcur", "attn_q"), ("Kcur", "attn_k"),
+                                                                       ("Vcur", "attn_v"))}
         for role, steps in parts.items():
             shaped = [np.ascontiguousarray(s).reshape(t, heads[role], -1) for s in steps]
             if len(shaped) > 1:
@@ -179,14 +188,15 @@ class _Pass:
         up projection holding [gate | up], phi3)."""
         kind = self.fw.ffn
         il = int(p.split(".")[1])
-        up = self.linear(p + "ffn_up", x, (il, "ffn_up"))
+        memo: dict = {}  # x converted once for up and gate
+        up = self.linear(p + "ffn_up", x, (il, "ffn_up"), memo=memo)
         if kind == "gelu":
             act = blocks.gelu(up)
         elif kind == "swiglu_fused":
             half = up.shape[-1] // 2
             act = blocks.swiglu(up[:, :half], up[:, half:])
         else:
-            gate = self.linear(p + "ffn_gate", x, (il, "ffn_gate"))
+            gate = self.linear(p + "ffn_gate", x, (il, "ffn_gate"), memo=memo)
             self.out[(il, "ffn_gate_act")] = blocks.gelu(gate) if kind == "geglu" else blocks.silu(gate)
             act = blocks.geglu(gate, up) if kind == "geglu" else blocks.swiglu(gate, up)
         self.out[(il, "ffn_act")] = act
@@ -196,6 +206,7 @@ class _Pass:
         """One block; x [T, D] is the residual stream entering it; returns l_out."""
         p, fw, out = f"blk.{il}.", self.fw, self.out
         self.exact = il == 0 and self.jitter is None  # the twin needs no f64 sums: its noise is larger
+        self.shared = self.weights if il > 0 else None
         cur = self.norm(p + "attn_norm", x, key=(il, "attn_norm"))
         src = self.norm(p + "attn_norm_2", x) if self.m.has(p + "attn_norm_2.weight") else cur
         q, k, v = self.qkv(p, src, il)
@@ -249,23 +260,6 @@ class _Pass:
         return steps[-1], cols
 
 
-# The twin pass's perturbation of each weight MUL_MAT output y [T, n_out] with n_in inputs: uniform in
-# ±TWIN_JITTER·2^-24·sqrt(n_in)·rms(y's row), the size of the f32 summation noise by which llama.cpp's sums differ
-# from the reference's (their order differs), a few times over, so that the twin rounds values the other way at least
-# as often
-TWIN_JITTER = 4.0
-TWIN_SEED = 1  # fixed: the same run gives the same verdict
-
-
-def _jitter(y: np.ndarray, n_in: int, rng: np.random.Generator) -> np.ndarray:
-    """y [T, n_out] moved as another f32 summation order could move it (the twin pass)."""
-    rms = np.sqrt(np.mean(np.square(y, dtype=np.float64), axis=-1, keepdims=True))
-    moved = rng.uniform(-1, 1, y.shape)
-    moved *= TWIN_JITTER * 2.0**-24 * np.sqrt(n_in) * rms
-    moved += y
-    return moved.astype(F32)
-
-
 def _start(model: Model, tokens: Sequence[int], kv_type: str, v_type: str | None, f16_src1: str):
     v_type = v_type or kv_type
     for kind in (kv_type, v_type):
@@ -308,8 +302,10 @@ def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16",
     cache = Cache.of(kv_type, v_type, hp.head_dim, hp.head_dim, rotates)
     if fa is not None and len(fa.kernels) != t:
         raise ValueError(f"the flash-attention plan covers {len(fa.kernels)} positions, the prompt {t}")
-    run = _Pass(model, f16_src1, cache, fa, q_exact=q_exact)
-    other = _Pass(model, f16_src1, cache, fa, np.random.default_rng(TWIN_SEED), q_exact) if twin else None
+    weights = Shared(model, 2) if twin else None
+    run = _Pass(model, f16_src1, cache, fa, q_exact=q_exact, weights=weights)
+    rng = np.random.default_rng(chaos.TWIN_SEED)
+    other = _Pass(model, f16_src1, cache, fa, rng, q_exact, weights) if twin else None
     last = hp.n_layer - 1
 
     def part() -> tuple[Reference, dict | None]:
@@ -340,6 +336,8 @@ def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16",
         x = run.layer(il, x)
         if twin_layer is not None:
             xt = twin_layer.result()
+        if weights is not None:
+            weights.clear()
         return x, xt, part()
 
     steps = [model.rows("token_embd.weight", toks)]  # GET_ROWS dequantizes exactly
@@ -357,7 +355,8 @@ def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16",
             coming = ahead.submit(step, il + 1, x, xt, twin_thread) if 0 < il < hp.n_layer else None
             if twins is not None:  # measured here, on the caller's thread, while the next layer is computed
                 layer = il if il < hp.n_layer else None
-                ref = replace(ref, chaos={layer: divergence(ref.tensors, twins, layer, last)})
+                rms: dict = {}
+                ref = replace(ref, chaos={layer: divergence(ref.tensors, twins, layer, last, rms)}, rms=rms)
                 del twins
             yield ref
             del ref
@@ -372,13 +371,15 @@ def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type
     iq4_nl."""
     tensors: dict = {}
     steps: dict = {}
-    chaos: dict = {}
+    by_layer: dict = {}
+    rms: dict = {}
     ref = None
     for ref in forward_layers(model, tokens, kv_type=kv_type, v_type=v_type, f16_src1=f16_src1, rotates=rotates,
                               fa=fa, twin=twin, q_exact=q_exact):
         tensors.update(ref.tensors)
         steps.update(ref.steps)
-        chaos.update(ref.chaos)
+        by_layer.update(ref.chaos)
+        rms.update(ref.rms)
     assert ref is not None
     return Reference(hparams=ref.hparams, tokens=ref.tokens, kv_type=kv_type, tensors=tensors, f16_src1=f16_src1,
-                     cache=ref.cache, vocab_cols=ref.vocab_cols, steps=steps, fa=fa, chaos=chaos)
+                     cache=ref.cache, vocab_cols=ref.vocab_cols, steps=steps, fa=fa, chaos=by_layer, rms=rms)

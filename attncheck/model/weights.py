@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -99,6 +100,36 @@ class Model:
     def meta(self, key: str, default: Any = None) -> Any:
         """A metadata value of the header, or default."""
         return self.header.meta.get(key, default)
+
+
+class Shared:
+    """A model's weights dequantized once for the passes that read them side by side (the reference and its twin, on
+    two threads): each matrix is kept until `takers` reads took it, or until clear() (the end of a layer)."""
+
+    def __init__(self, model: Model, takers: int) -> None:
+        self.model, self.takers = model, takers
+        self._lock = threading.Lock()
+        self._slots: dict[tuple[str, np.dtype], list] = {}  # (name, dtype) → [its lock, the matrix, takes left]
+
+    def matrix(self, name: str, dtype=np.float64) -> np.ndarray:
+        """Model.matrix(name, dtype), dequantized by the first pass to ask; the others wait for it."""
+        key = (name, np.dtype(dtype))
+        with self._lock:
+            slot = self._slots.setdefault(key, [threading.Lock(), None, self.takers])
+        with slot[0]:
+            if slot[1] is None:
+                slot[1] = self.model.matrix(name, dtype)
+            out = slot[1]
+            slot[2] -= 1
+            if slot[2] == 0:
+                with self._lock:
+                    self._slots.pop(key, None)
+        return out
+
+    def clear(self) -> None:
+        """Drop what is still kept at a layer's end (a matrix one pass did not take: it stopped on an error)."""
+        with self._lock:
+            self._slots.clear()
 
 
 def load_model(path: str | os.PathLike[str], header: Header | None = None) -> Model:

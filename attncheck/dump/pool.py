@@ -7,6 +7,7 @@ on), unless that part ended in a new run's start-up log.
 """
 from __future__ import annotations
 
+import gc
 import itertools
 import multiprocessing
 import os
@@ -73,14 +74,21 @@ def _worker_signals() -> None:
 
 
 def worker_pool(jobs: int) -> ProcessPoolExecutor:
-    """The pool of `jobs` worker processes that `check`, `list` and `diff -j` read and diff in."""
+    """The pool of `jobs` worker processes that `check`, `list` and `diff -j` read and diff in. What the parent holds
+    is collected, then frozen for the cyclic garbage collector until end_pool (gc.freeze): a forked worker's
+    collections would otherwise write to every object's header and copy the pages it shares with the parent (313 MB
+    checked with -j 2: the tree's peak 152 MB before, 140-142 MB after)."""
+    gc.collect()
+    gc.freeze()
     return ProcessPoolExecutor(max_workers=jobs, mp_context=fork_context(), initializer=_worker_signals)
 
 
 def end_pool(pool: ProcessPoolExecutor, interrupted: bool = False) -> None:
     """Shut a worker pool down. An interrupted one is not waited for: its workers were ended (cli/interrupt.py),
-    and joining a pool whose workers died in the middle of a message can wait for ever."""
+    and joining a pool whose workers died in the middle of a message can wait for ever. What worker_pool froze is
+    the collector's again."""
     pool.shutdown(wait=not interrupted, cancel_futures=True)
+    gc.unfreeze()
 
 
 class _Counted:

@@ -285,7 +285,10 @@ def model_context(model: str | None):
 
 
 def tokens(text: str | None) -> tuple[int, ...] | None:
-    """--tokens 1,2,3; a malformed list is a usage error: one line, exit 2."""
+    """--tokens 1,2,3; a malformed list is a usage error: one line, exit 2. Without --tokens, the model's modules
+    (numpy's reference pass, gguf: 90 ms) are not imported."""
+    if text is None:
+        return None
     from ..model.runs import parse_tokens
 
     try:

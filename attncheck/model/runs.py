@@ -176,11 +176,13 @@ class Runs:
             yield run.expected, lambda m: True
             return
         n_layer = self.model.hparams.n_layer
-        for at, exp in enumerate(self._calibrated(run, lambda s1: self._forward_layers(run, s1), first_only=True)):
+        at = 0  # not enumerate(): its result tuple holds the last layer until the next one is computed
+        for exp in self._calibrated(run, lambda s1: self._forward_layers(run, s1), first_only=True):
             yield exp, (lambda m, at=at: m.ref_layer == at if m.ref_layer is not None else
                         at == (0 if m.role in INPUT_ROLES else n_layer))
             del exp  # not held while the next layer is computed
             _give_back()
+            at += 1
 
     @staticmethod
     def _flash(run: Run) -> flash.Plan | None:

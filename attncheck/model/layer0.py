@@ -258,16 +258,19 @@ class Layer0:
         elif quantity in ("k_view", "v_view"):
             out = self._read()[quantity]
         elif quantity in ("kq", "kq_scores", "kq_soft_max", "kqv", "kqv@flash"):
-            out = self._attention(quantity).astype(np.float32)
+            for name, term in self._attention(quantity == "kqv@flash").items():  # each kept for its own nodes
+                self._cache[("noise", name)] = term.astype(np.float32)
+            return self._cache[key]
         elif quantity.startswith("kq_scores@"):  # kq/cap and its tanh (tanh' <= 1): kq's bound over the cap
             cap = self.ref.hparams.softcap
             out = self.noise("kq") / cap + 4 * U32 * np.abs(self.ref.get(0, quantity))  # type: ignore[operator]
         self._cache[key] = out
         return out
 
-    def _attention(self, quantity: str) -> np.ndarray:
-        """kq, kq_scores, kq_soft_max [H, T, T] and kqv [H, T, D_v] (module doc); kqv@flash: FLASH_ATTN_EXT's, which
-        reads P unrounded (expect.flash() adds its kernel's own arithmetic)."""
+    def _attention(self, flash: bool) -> dict[str, np.ndarray]:
+        """kq, kq_scores, kq_soft_max [H, T, T] and kqv [H, T, D_v] (module doc), each from the one before, at once;
+        flash: kqv@flash alone, FLASH_ATTN_EXT's, which reads P unrounded (expect.flash() adds its kernel's own
+        arithmetic)."""
         q, k, v, p = self._heads(0)
         rd = self._read()
         aq, ak = np.abs(q), np.abs(k)
@@ -275,12 +278,9 @@ class Layer0:
         dkq = dkq + rowdot(rd["dq"], rd["dk"])
         if "ds" in rd:  # q's Q8_1 block sum s rounded the other way: kq moves by Σ_b Δs_b·|m_jb|
             dkq = dkq + rowdot(rd["ds"], rd["mins"])
-        if quantity == "kq":
-            return dkq
         cap = self.ref.hparams.softcap
         ds = dkq + 4 * U32 * (np.abs(self.ref.get(0, "kq_scores")) + cap) if cap else dkq  # tanh' <= 1
-        if quantity == "kq_scores":
-            return ds
+        out = {} if flash else {"kq": dkq, "kq_scores": ds}
         t = p.shape[1]
         vis = np.tri(t, dtype=bool)[None]
         x = np.where(vis, np.minimum(self.scale * ds, 30.0), 0.0)  # score deviations in softmax's units
@@ -288,13 +288,15 @@ class Layer0:
         mean = (p * ex).sum(-1, keepdims=True)  # Σ_j' p_j' e^{x_j'}: the normaliser's most
         n_vis = np.arange(1, t + 1, dtype=np.float64)[None, :, None]
         dp = np.where(vis, p * (ex * mean - 1) + (n_vis + 4) * U32 * p, 0.0)
-        if quantity == "kq_soft_max":
-            return dp
-        fmt = self._p_format() if quantity == "kqv" else "f32"
+        if not flash:
+            out["kq_soft_max"] = dp
+        fmt = "f32" if flash else self._p_format()
         dpv = deviation(p, dp, fmt) if fmt != "f32" else dp  # P as P·V reads it
         av = np.abs(v)
         moved = np.minimum(rowdot(dpv, av), self._centred(p, dp, dpv, v, fmt, vis))
-        return moved + rowdot(p, rd["dv"]) + rowdot(dpv, rd["dv"]) + gamma(n_vis) * rowdot(p, av)
+        out["kqv@flash" if flash else "kqv"] = moved + rowdot(p, rd["dv"]) + rowdot(dpv, rd["dv"]) + \
+            gamma(n_vis) * rowdot(p, av)
+        return out
 
     @staticmethod
     def _centred(p: np.ndarray, dp: np.ndarray, dpv: np.ndarray, v: np.ndarray, fmt: str, vis: np.ndarray

@@ -580,6 +580,15 @@ def test_a_models_token_text_reaches_no_output_as_control_or_markup(junk, tmp_pa
     _files(folder / "r.xml")
 
 
+def test_paths_that_read_as_emoji_codes_print_as_written(tmp_path):
+    """rich's console turned `:smile:` in a path (or a token's text) into an emoji: `PASS /tmp/a😄b.txt`."""
+    path = tmp_path / "a:smile:b:1st_place_medal:.txt"
+    path.write_bytes(HOW_ARE.read_bytes())
+    r = run("check", path)
+    assert r.code == 0 and f"PASS {path}: " in r.out and str(path) in r.out.replace("\n", ""), r.out
+    assert "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}" not in r.out and "\N{FIRST PLACE MEDAL}" not in r.out
+
+
 def test_paths_that_read_as_markup_print_as_written(tmp_path):
     """`y[bold red]RED.txt` printed red, and `x[/].txt` was an internal error that lost the reports (issue 25): both
     print as written in the --fail-fast line, the verdict stays the failing dump's, and the reports are written."""

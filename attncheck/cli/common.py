@@ -88,10 +88,12 @@ def no_color() -> bool:
 def console(stderr: bool = False, **kw) -> Console:
     """Rich console on stdout (stderr: for the table when stdout carries the JSON or JUnit). Text from the input is
     escaped where it is placed (errors.markup, errors.printable); the hook makes sure of it for control characters.
-    Under NO_COLOR, no style escapes at all (rich's own NO_COLOR drops colours but keeps bold, italic and dim)."""
+    Under NO_COLOR, no style escapes at all (rich's own NO_COLOR drops colours but keeps bold, italic and dim). No
+    emoji codes: a path or a token's text holding ":smile:" is printed as written."""
     if no_color():
         kw.setdefault("color_system", None)
-    out = Console(stderr=stderr, highlight=False, width=_width(sys.stderr if stderr else sys.stdout), **kw)
+    out = Console(stderr=stderr, highlight=False, emoji=False, width=_width(sys.stderr if stderr else sys.stdout),
+                  **kw)
     out.push_render_hook(_PrintableHook())
     return out
 

@@ -24,8 +24,8 @@ class EvaluationProgress:
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                             TextColumn("{task.fields[evals]} evaluations"), transient=True,
-                            console=Console(stderr=True, **({"color_system": None}  # NO_COLOR: no escapes
-                                                            if os.environ.get("NO_COLOR") else {})))
+                            console=Console(stderr=True, emoji=False,  # NO_COLOR: no escapes
+                                            **({"color_system": None} if os.environ.get("NO_COLOR") else {})))
         self.total = total
         self.task = None  # the bar's task, once shown
         self.evaluations = 0

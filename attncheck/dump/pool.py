@@ -77,7 +77,7 @@ def worker_pool(jobs: int) -> ProcessPoolExecutor:
     """The pool of `jobs` worker processes that `check`, `list` and `diff -j` read and diff in. What the parent holds
     is collected, then frozen for the cyclic garbage collector until end_pool (gc.freeze): a forked worker's
     collections would otherwise write to every object's header and copy the pages it shares with the parent (313 MB
-    checked with -j 2: the tree's peak 152 MB before, 140-142 MB after)."""
+    checked with -j 2: the tree's peak 152 MB before, 136-137 MB after)."""
     gc.collect()
     gc.freeze()
     return ProcessPoolExecutor(max_workers=jobs, mp_context=fork_context(), initializer=_worker_signals)

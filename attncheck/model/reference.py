@@ -9,8 +9,8 @@ and under flash attention the output projection's input as FLASH_ATTN_EXT's kern
 With that, layer 0 agrees with printed dumps to their print precision (1e-4), instead of 1e-2.
 
 Weights are dequantized one tensor at a time, used and dropped (past layer 0, once for the pass and its twin:
-weights.Shared); the token embedding is read only at the prompt's
-rows, and the output projection only at the vocabulary entries a dump prints (the first and last three).
+weights.Shared); the token embedding is read only at the prompt's rows, and the output projection only at the
+vocabulary entries a dump prints (the first and last three).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class _Pass:
                  weights: Shared | None = None):
         self.m, self.hp, self.fw, self.s1, self.cache = model, model.hparams, model.hparams.forward, f16_src1, cache
         self.weights = weights  # the weights dequantized once for this pass and its twin, None: for this pass only
-        self.shared: Shared | None = None  # weights in this layer: layer 0's are not (f64 here, f32 in the twin)
+        self.shared: Shared | None = None  # this layer's shared weights; none in layer 0 (f64 here, f32 in the twin)
         self.jitter = jitter  # the twin pass: each weight MUL_MAT's output moved by summation noise (chaos.py)
         self.q_exact = q_exact  # [T] queries whose kq took q as f32 (attention.py), None: none
         self.fa = fa  # the flash-attention kernel of each query position (flash.py), None without flash attention

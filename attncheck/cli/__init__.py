@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import os
 import signal
-import sys
 
 import click
 
@@ -75,11 +74,12 @@ def entry() -> None:
     stdout, stderr = guard()
     catch_signals()
     code = settle(_run(), stdout, fail)
-    if code > 128:  # interrupted, no verdict: leave now, not after the worker pools' threads wind down
-        stdout.flush()
-        stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    # every report is written and closed, every pool ended: leave without the interpreter's teardown (freeing every
+    # object and module one by one: 35-45 ms after a 2 MB dump's check, all of it after llama.cpp's end in a pipe);
+    # interrupted, no verdict: leave now, not after the worker pools' threads wind down
+    stdout.flush()
+    stderr.flush()
+    os._exit(code)
 
 
 def _run() -> int:

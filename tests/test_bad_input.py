@@ -442,8 +442,8 @@ HOSTILE = st.lists(st.sampled_from(PIECES), min_size=1, max_size=6).map("".join)
 
 
 def _cli(*args) -> tuple[int, str, str]:
-    """The command line in this process (the same entry point as the console script), its exit code and output."""
-    from attncheck.cli import entry
+    """The command line in this process (the console script's, without its os._exit), its exit code and output."""
+    from attncheck.cli import command_line
 
     out, err = io.StringIO(), io.StringIO()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -451,9 +451,7 @@ def _cli(*args) -> tuple[int, str, str]:
     sys.argv = ["attncheck", *map(str, args)]
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            entry()
-    except SystemExit as e:
-        code = e.code
+            code = command_line()
     finally:
         sys.argv = argv
         for s, h in handlers.items():

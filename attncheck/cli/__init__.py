@@ -68,18 +68,24 @@ for command in (check, list_, run, inspect_, diff_, help_):
 
 
 def entry() -> None:
-    """The console script: the click group, with a usage error as one line (exit 2), an exception no command
-    expected (a bug) turned into one line and exit 2, never a traceback; Ctrl-C or SIGTERM 128 + the signal; a
-    report that could not be written said, without losing the others or a failed verdict (streams.py)."""
+    """The console script: command_line(), then the process ends without the interpreter's teardown: every report is
+    written and closed and every pool ended, and freeing every object and module one by one took 35-45 ms after a
+    2 MB dump's check, all of it after llama.cpp's end in a pipe; interrupted, it leaves at once, not after the
+    worker pools' threads wind down."""
+    os._exit(command_line())
+
+
+def command_line() -> int:
+    """The command line's exit code, its output flushed: the click group, with a usage error as one line (exit 2), an
+    exception no command expected (a bug) turned into one line and exit 2, never a traceback; Ctrl-C or SIGTERM 128 +
+    the signal; a report that could not be written said, without losing the others or a failed verdict
+    (streams.py)."""
     stdout, stderr = guard()
     catch_signals()
     code = settle(_run(), stdout, fail)
-    # every report is written and closed, every pool ended: leave without the interpreter's teardown (freeing every
-    # object and module one by one: 35-45 ms after a 2 MB dump's check, all of it after llama.cpp's end in a pipe);
-    # interrupted, no verdict: leave now, not after the worker pools' threads wind down
     stdout.flush()
     stderr.flush()
-    os._exit(code)
+    return code
 
 
 def _run() -> int:

@@ -198,8 +198,9 @@ class Dump:
                 early, split = [], False
             node.inputs = (None if s0 is None else latest.source(node, 0),
                            None if s1 is None else latest.source(node, 1))
-            node.lost = sum(1 << i for i, (s, found) in enumerate(zip(node.srcs, node.inputs))
-                            if s is not None and found is None and s.name in latest.lost)
+            if latest.lost:  # a header of this evaluation was damaged: does the node read the node it lost?
+                node.lost = sum(1 << i for i, (s, found) in enumerate(zip(node.srcs, node.inputs))
+                                if s is not None and found is None and s.name in latest.lost)
             latest.add(node)
             current.nodes.append(node)
             if len(current.nodes) > MAX_NODES:  # every node is held until its evaluation ends: memory has a ceiling

@@ -102,6 +102,7 @@ class _Pass:
         self.steps: dict[tuple[int | None, str], tuple[np.ndarray, ...]] = {}  # Reference.steps
         self.exact = True  # f64 sums in layer 0 (held to print precision), f32 in deeper layers
         self.cols: np.ndarray | None = None  # the vocabulary entries the logits are computed at
+        self.attention_only = False  # a layer ends with its attention's nodes (forward_layers' attention_only)
 
     def linear(self, prefix: str, x: np.ndarray, key: tuple[int | None, str] | None = None,
                memo: dict | None = None) -> np.ndarray:
@@ -215,6 +216,8 @@ class _Pass:
         att = attention(q, k, v, self.hp, il, self.cache, self.s1, exact=self.exact, q_exact=self.q_exact)
         for role, arr in att.items():
             out[(il, role)] = arr
+        if self.attention_only:
+            return x
         if self.fa is not None:  # the output projection reads FLASH_ATTN_EXT's output as its kernel computed it
             out[(il, "kqv_unrot")] = flash.output(att, self.hp, il, self.cache, self.fa, self.exact)
         steps = self.linear_steps(p + "attn_output", out[(il, "kqv_unrot")])
@@ -285,12 +288,14 @@ def _start(model: Model, tokens: Sequence[int], kv_type: str, v_type: str | None
 
 def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,
                    f16_src1: str = "convert", rotates: bool = True, fa: flash.Plan | None = None,
-                   twin: bool = False, q_exact: np.ndarray | None = None) -> Iterator[Reference]:
+                   twin: bool = False, q_exact: np.ndarray | None = None, attention_only: bool = False
+                   ) -> Iterator[Reference]:
     """The forward pass one layer at a time, for memory that does not grow with depth: a Reference per layer holding
     that layer's nodes (the first also inp_embd, each the l_out of the layer before it: a norm's input), then one
     holding result_norm and result_output (and the last l_out). Each is dropped by the pass once yielded. twin: run
     the twin pass beside it and measure its divergence (Reference.chaos; chaos.py); q_exact [n_tokens]: the queries
-    whose kq took q as f32 (attention.py).
+    whose kq took q as f32 (attention.py); attention_only: layer 0 alone, up to its attention's nodes (what runs.py
+    weighs an arithmetic on), and nothing after it.
 
     Past layer 1, both passes compute layer il + 1 while the caller's thread measures the twin's divergence over
     layer il (each twin node dropped once measured) and checks it: two layers held at a time, but not beside layer
@@ -304,6 +309,7 @@ def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16",
         raise ValueError(f"the flash-attention plan covers {len(fa.kernels)} positions, the prompt {t}")
     weights = Shared(model, 2) if twin else None
     run = _Pass(model, f16_src1, cache, fa, q_exact=q_exact, weights=weights)
+    run.attention_only = attention_only
     rng = np.random.default_rng(chaos.TWIN_SEED)
     other = _Pass(model, f16_src1, cache, fa, rng, q_exact, weights) if twin else None
     last = hp.n_layer - 1
@@ -360,6 +366,8 @@ def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16",
                 del twins
             yield ref
             del ref
+            if attention_only:
+                return
 
 
 def forward(model: Model, tokens: Sequence[int], *, kv_type: str = "f16", v_type: str | None = None,

@@ -216,11 +216,11 @@ class Runs:
                             f"--model cannot reproduce this run with {self.model.path}: {e}") from None
         return Expected(ref, run.kv[0], self.model)
 
-    def _forward_layers(self, run: Run, f16_src1: str):
+    def _forward_layers(self, run: Run, f16_src1: str, twin: bool = True, attention_only: bool = False):
         try:
             for ref in forward_layers(self._model(run), run.tokens, kv_type=run.kv[0], v_type=run.kv[1],
-                                      f16_src1=f16_src1, rotates=run.rotates, fa=self._flash(run), twin=True,
-                                      q_exact=self._q_exact(run)):
+                                      f16_src1=f16_src1, rotates=run.rotates, fa=self._flash(run), twin=twin,
+                                      q_exact=self._q_exact(run), attention_only=attention_only):
                 exp = Expected(ref, run.kv[0], self.model)
                 del ref
                 yield exp
@@ -245,20 +245,30 @@ class Runs:
         beyond, n = sum(b for b, _ in by.values()), sum(t for _, t in by.values())
         chosen = (first, parts)
         if any(t and b > MISFIT_SHARE * t for b, t in by.values()):
-            alt_parts = make("f32")
-            alt = next(alt_parts)
-            beyond_alt = sum(b for b, _ in self._misfit(run, alt).values())
+            beyond_alt = sum(b for b, _ in self._misfit(run, self._layer0(run, "f32")).values())
             run.arithmetic = {"f16_src1": "convert", "layer0_beyond_print": {"convert": beyond, "f32": beyond_alt},
                               "of": n}
             if beyond_alt < beyond:
                 run.arithmetic["f16_src1"] = "f32"
-                chosen = (alt, alt_parts)
+                del first, parts, chosen  # not held beside the other arithmetic's pass
+                alt_parts = make("f32")
+                chosen = (next(alt_parts), alt_parts)
         fa = self._flash(run)
         if fa is not None:  # how many positions each kernel computed (flash.KERNELS)
             run.arithmetic["flash_kernels"] = {k: fa.kernels.count(k) for k in flash.KERNELS if k in fa.kernels}
         if not first_only:
             return chosen[0]
         return _chain(chosen[0], chosen[1])
+
+    def _layer0(self, run: Run, f16_src1: str) -> Expected:
+        """Layer 0 of the reference up to its attention, without a twin: what _calibrated weighs the other arithmetic
+        on (q, kq, kqv). The whole pass and its twin are computed only if that arithmetic is chosen; most runs keep
+        the first."""
+        layers = self._forward_layers(run, f16_src1, twin=False, attention_only=True)
+        try:
+            return next(layers)
+        finally:
+            layers.close()
 
     def _misfit(self, run: Run, exp: Expected) -> dict[str, tuple[int, int]]:
         """Per quantity (q, kq, kqv), layer 0's printed elements beyond print precision (5e-5 + 2^-20|ref|) and how

@@ -23,6 +23,8 @@ print precision; derived in docs/numerics.md §3.2). Every term is a worst-case 
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
@@ -46,6 +48,14 @@ def rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a [..., m, k], b [..., n, k] → [..., m, n]: Σ_k a·b over the rows of both (a matmul: BLAS, where einsum is not;
     the error terms of kq and P·V over heads)."""
     return np.matmul(a, np.swapaxes(b, -1, -2))
+
+
+def _concurrently(*calls):
+    """Each call's result, in order, computed on two threads: layer 0's terms are checked while no other layer is
+    computed (reference.forward_layers), so the second core is free; numpy lets go of the GIL in its loops. Each
+    result is the one the call gives alone (nothing is split), so the terms are bit for bit the same."""
+    with ThreadPoolExecutor(2) as pool:
+        return [f.result() for f in [pool.submit(c) for c in calls]]
 
 
 def _matmul_gamma(m, name: str, n: int) -> float:
@@ -152,7 +162,7 @@ class Layer0:
         if m.has("blk.0.attn_qkv.weight"):
             both = terms("blk.0.attn_qkv")
             return {k: (a[:, :d], a[:, d:d + d_kv], a[:, d + d_kv:]) for k, a in zip(("noise", "converted"), both)}
-        q, k, v = (terms(f"blk.0.{w}") for w in PROJECTIONS.values())
+        q, k, v = _concurrently(*(lambda w=w: terms(f"blk.0.{w}") for w in PROJECTIONS.values()))
         return {"noise": (q[0], k[0], v[0]), "converted": (q[1], k[1], v[1])}
 
     def _grouped(self, w: np.ndarray, name: str) -> np.ndarray:
@@ -234,9 +244,10 @@ class Layer0:
         v_stored = np.asarray(r.get(0, "v_rot") if r.has(0, "v_rot") else r.get(0, "Vcur"), np.float64)
         k_fmt = vec_dot_type(KV_QT[self.kv_type])
         q = np.asarray(r.get(0, "q"), np.float64)  # [T, H, D]
-        dq = deviation(q, inputs["q"], k_fmt)
-        k = deviation(k_stored, inputs["k_rot"], self.kv_type).transpose(1, 0, 2)  # [H_kv, T, D]
-        v = deviation(v_stored, inputs["v_rot"], self.v_type).transpose(1, 2, 0)  # [H_kv, D, T]
+        dq, k, v = _concurrently(lambda: deviation(q, inputs["q"], k_fmt),
+                                 lambda: deviation(k_stored, inputs["k_rot"], self.kv_type),
+                                 lambda: deviation(v_stored, inputs["v_rot"], self.v_type))
+        k, v = k.transpose(1, 0, 2), v.transpose(1, 2, 0)  # [H_kv, T, D], [H_kv, D, T]
         out = {"dq": dq.transpose(1, 0, 2), "k_view": k, "v_view": v, "dk": np.repeat(k, self.group, axis=0),
                "dv": np.repeat(v, self.group, axis=0)}
         mins = store(k_stored, self.kv_type)[1] if k_fmt == "q8_1" else None  # [T, H_kv, D/32]: Q4_1/Q5_1 K's

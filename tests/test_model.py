@@ -493,3 +493,26 @@ def test_symmetric_block_weights_keep_layer0_kq_tight(tmp_path):
     bad = [c for s, c in model_checks(r.json()) if not c["passed"]]
     assert [(c["check"], c["node"]) for c in bad] == [("model_kq", "kq-0")]
     assert bad[0]["worst"] == {"head": 9, "query": 10, "slot": 2, "pos": 10} and bad[0]["bound"] < 8e-3
+
+
+def test_other_arithmetic_weighed_on_layer_0_attention_alone(monkeypatch):
+    """gpt2-how-are's layer 0 leaves 2 of 444 printed q, kq, kqv elements beyond print precision under today's
+    arithmetic, so the 2024 one is weighed too (runs.py _calibrated): on layer 0 up to its attention alone, without
+    a twin; today's is kept, and the other's whole pass is never computed."""
+    from attncheck.model import reference
+
+    layers = []
+    layer = reference._Pass.layer
+
+    def spy(self, il, x):
+        layers.append((self.s1, il, self.jitter is not None, self.attention_only))
+        return layer(self, il, x)
+
+    monkeypatch.setattr(reference._Pass, "layer", spy)
+    report = attncheck.verify(str(FIXTURES / "gpt2-how-are.txt"), model=str(GPT2))
+    arithmetic = report.model["runs"][0]["arithmetic"]
+    assert arithmetic["f16_src1"] == "convert" and arithmetic["layer0_beyond_print"]["f32"] > 0
+    assert [x for x in layers if x[0] == "f32"] == [("f32", 0, False, True)]
+    n_layer = max(il for _, il, _, _ in layers) + 1
+    assert sorted(x for x in layers if x[0] == "convert") == sorted(
+        ("convert", il, twin, False) for il in range(n_layer) for twin in (False, True))

@@ -83,7 +83,7 @@ def collect_rarely() -> None:
     """The cyclic collector tuned for this process: the modules' objects, made once, moved out of its sight
     (gc.freeze), and a collection after every GC_ALLOCATIONS objects made instead of every 700. Reading a dump makes
     objects by the hundred thousand and almost no cycles (none in a node, an evaluation or a report), yet each
-    full collection walked every object held, and collections took 15-20% of a check."""
+    full collection walked every object held: 2.3 s of a 313 MB dump's 13.8 s check in one process."""
     gc.freeze()
     gc.set_threshold(GC_ALLOCATIONS, 20, 20)
 

@@ -19,13 +19,13 @@ class EvaluationProgress:
     """verify(progress=...) callback: bytes read and evaluations checked, on stderr once past SHOW_AFTER bytes."""
 
     def __init__(self, total: int | None):
-        from rich.console import Console
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from .common import console
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                             TextColumn("{task.fields[evals]} evaluations"), transient=True,
-                            console=Console(stderr=True, emoji=False,  # NO_COLOR: no escapes
-                                            **({"color_system": None} if os.environ.get("NO_COLOR") else {})))
+                            console=console(stderr=True))  # NO_COLOR and emoji codes as every report's
         self.total = total
         self.task = None  # the bar's task, once shown
         self.evaluations = 0

@@ -86,7 +86,8 @@ def worker_pool(jobs: int) -> ProcessPoolExecutor:
 def end_pool(pool: ProcessPoolExecutor, interrupted: bool = False) -> None:
     """Shut a worker pool down. An interrupted one is not waited for: its workers were ended (cli/interrupt.py),
     and joining a pool whose workers died in the middle of a message can wait for ever. What worker_pool froze is
-    the collector's again."""
+    the collector's again (and so is what the console script froze at its start, cli.collect_rarely: the collector
+    has one frozen set)."""
     pool.shutdown(wait=not interrupted, cancel_futures=True)
     gc.unfreeze()
 

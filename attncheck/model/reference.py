@@ -91,7 +91,7 @@ class _Pass:
 
     def __init__(self, model: Model, f16_src1: str, cache: Cache, fa: flash.Plan | None = None,
                  jitter: np.random.Generator | None = None, q_exact: np.ndarray | None = None,
-                 weights: Shared | None = None):
+                 weights: Shared | None = None, attention_only: bool = False):
         self.m, self.hp, self.fw, self.s1, self.cache = model, model.hparams, model.hparams.forward, f16_src1, cache
         self.weights = weights  # the weights dequantized once for this pass and its twin, None: for this pass only
         self.shared: Shared | None = None  # this layer's shared weights; none in layer 0 (f64 here, f32 in the twin)
@@ -102,7 +102,7 @@ class _Pass:
         self.steps: dict[tuple[int | None, str], tuple[np.ndarray, ...]] = {}  # Reference.steps
         self.exact = True  # f64 sums in layer 0 (held to print precision), f32 in deeper layers
         self.cols: np.ndarray | None = None  # the vocabulary entries the logits are computed at
-        self.attention_only = False  # a layer ends with its attention's nodes (forward_layers' attention_only)
+        self.attention_only = attention_only  # a layer ends with its attention's nodes (forward_layers')
 
     def linear(self, prefix: str, x: np.ndarray, key: tuple[int | None, str] | None = None,
                memo: dict | None = None) -> np.ndarray:
@@ -308,8 +308,7 @@ def forward_layers(model: Model, tokens: Sequence[int], *, kv_type: str = "f16",
     if fa is not None and len(fa.kernels) != t:
         raise ValueError(f"the flash-attention plan covers {len(fa.kernels)} positions, the prompt {t}")
     weights = Shared(model, 2) if twin else None
-    run = _Pass(model, f16_src1, cache, fa, q_exact=q_exact, weights=weights)
-    run.attention_only = attention_only
+    run = _Pass(model, f16_src1, cache, fa, q_exact=q_exact, weights=weights, attention_only=attention_only)
     rng = np.random.default_rng(chaos.TWIN_SEED)
     other = _Pass(model, f16_src1, cache, fa, rng, q_exact, weights) if twin else None
     last = hp.n_layer - 1

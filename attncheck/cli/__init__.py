@@ -9,6 +9,7 @@ import signal
 
 import click
 
+from ..model.heap import one_arena
 from ..report import EXIT_INPUT
 from .check import check
 from .common import fail
@@ -71,11 +72,13 @@ for command in (check, list_, run, inspect_, diff_, help_):
 
 
 def entry() -> None:
-    """The console script: command_line(), then the process ends without the interpreter's teardown: every report is
+    """The console script: the collector and the heap set for the process (collect_rarely, model.heap.one_arena: before
+    any thread starts), command_line(), then the process ends without the interpreter's teardown: every report is
     written and closed and every pool ended, and freeing every object and module one by one took 35-45 ms after a
     2 MB dump's check, all of it after llama.cpp's end in a pipe; interrupted, it leaves at once, not after the
     worker pools' threads wind down."""
     collect_rarely()
+    one_arena()
     os._exit(command_line())
 
 

@@ -2,7 +2,6 @@
 the build that made the dump (chosen on layer 0), and what the JSON keeps of it."""
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -14,6 +13,7 @@ from ..results import abs_error, within
 from .bounds import F32_REL, MISFIT_SHARE, PRINT
 from .expect import Expected
 from .grid import locate
+from .heap import give_back
 from .mapping import CANONICAL, Layer
 from . import flash
 from .numerics import KV_TYPES
@@ -181,7 +181,7 @@ class Runs:
             yield exp, (lambda m, at=at: m.ref_layer == at if m.ref_layer is not None else
                         at == (0 if m.role in INPUT_ROLES else n_layer))
             del exp  # not held while the next layer is computed
-            _give_back()
+            give_back()
             at += 1
 
     @staticmethod
@@ -340,22 +340,3 @@ def _chain(first, rest):
     del first
     yield held.pop()
     yield from rest
-
-
-def _trim():
-    """glibc's malloc_trim, or None (another C library)."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-_TRIM = _trim()
-
-
-def _give_back() -> None:
-    """Hand the heap a checked layer freed back to the system. Its arrays are freed in the middle of the heaps of
-    three threads (reference.forward_layers), which glibc keeps for reuse otherwise: on gemma-3-270m at 545 tokens
-    the peak RSS was 583-586 MB without this, 500-502 MB with it."""
-    if _TRIM is not None:
-        _TRIM(0)

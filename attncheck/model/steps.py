@@ -62,12 +62,16 @@ def float_deviation(x: np.ndarray, noise: np.ndarray, fmt: str = "f16") -> np.nd
     a = np.abs(np.asarray(x, np.float64))
     n = np.asarray(noise, np.float64)
     r = np.abs(np.asarray(round_to(x, fmt), np.float64))
-    with np.errstate(divide="ignore"):
-        e = np.floor(np.log2(np.maximum(r, 2.0**emin)))
-    hi = 2.0 ** (e - mant)  # the step above |r|
-    lo = np.where((r == 2.0**e) & (e > emin), hi / 2, hi)  # the step below it: half at a power of two
-    near = (a + n >= r + hi / 2) | (a - n <= r - lo / 2)
-    return np.where(near & (n > 0), hi * np.floor(n / lo + 1), 0.0)
+    m, e = np.frexp(np.maximum(r, 2.0**emin))  # r = m·2^e, m in [0.5, 1): |r| lies in [2^(e-1), 2^e)
+    e -= 1
+    hi = np.ldexp(1.0, e - mant)  # the step above |r|
+    lo = np.where((m == 0.5) & (r > 0) & (e > emin), hi / 2, hi)  # the step below it: half at a power of two
+    n, a, hi, lo = np.broadcast_arrays(n, a, hi, lo)
+    r = np.broadcast_to(r, a.shape)
+    near = np.flatnonzero(((a + n >= r + hi / 2) | (a - n <= r - lo / 2)) & (n > 0))
+    out = np.zeros(a.shape)
+    out.flat[near] = hi.flat[near] * np.floor(n.flat[near] / lo.flat[near] + 1)  # few elements: most lie clear
+    return out
 
 
 def q8_1_sum_deviation(x: np.ndarray, noise: np.ndarray, dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -37,6 +37,7 @@ PROJECTIONS = {"Qcur": "attn_q", "Kcur": "attn_k", "Vcur": "attn_v"}
 # weight types whose blocks hold symmetric integers (no min, no sub-block scales): their dot product's float terms are
 # scaled lane sums of integer products (Layer0._grouped)
 SYMMETRIC_BLOCKS = frozenset({QT.Q4_0, QT.Q5_0, QT.Q8_0, QT.IQ4_NL})
+ROWS = 256  # output rows of a layer-0 projection whose error terms are computed at once (Layer0._projection_terms)
 
 
 def gamma(n: int | np.ndarray) -> float | np.ndarray:
@@ -114,23 +115,31 @@ class Layer0:
         qtype = self.model.tensor_type(name)
         return "f32" if qtype == QT.F16 and self.ref.f16_src1 == "f32" else vec_dot_type(qtype)
 
-    def _converted(self, name: str, w: np.ndarray) -> np.ndarray:
+    def _x_deviation(self, fmt: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """[T, n_embd]: the deviation of attn_norm's output converted to fmt (steps.deviation; the noise itself for
+        f32 activations), and for q8_1 [T, n_embd / 32] that of its block sums, the noise they were found from added
+        (q8_1_sum_deviation; as calibrated), else None."""
+        x, noise = np.asarray(self.ref.get(0, "attn_norm"), np.float64), self._x_noise()
+        dev = deviation(x, noise, fmt)
+        if fmt != "q8_1":
+            return dev, None
+        s_dev, s_noise = q8_1_sum_deviation(x, noise, dev)
+        return dev, s_dev + s_noise
+
+    def _converted(self, name: str, w: np.ndarray, dev: tuple[np.ndarray, np.ndarray | None],
+                   rows: slice = slice(None)) -> np.ndarray:
         """[T, out]: how far a layer-0 projection can move through its converted input: Σ_i |W_oi|·dev(x_i), dev the
-        deviation of attn_norm's output in the weight's vec_dot format (steps.deviation; the noise itself for f32
-        activations); w: |W| [out, n_embd]. Q4_1/Q5_1 weights multiply their block min by the Q8_1 block sum
-        s = f16(d·Σq), whose own deviation adds |m|·dev(s)."""
-        x = np.asarray(self.ref.get(0, "attn_norm"), np.float64)
-        fmt = self._x_format(name)
-        dev = deviation(x, self._x_noise(), fmt)  # [T, n_embd]
-        if not dev.any():
-            return np.zeros((x.shape[0], w.shape[0]))
+        deviation of attn_norm's output in the weight's vec_dot format (_x_deviation); w: |W| [out, n_embd], the
+        weight's `rows`. Q4_1/Q5_1 weights multiply their block min by the Q8_1 block sum s = f16(d·Σq), whose own
+        deviation adds |m|·dev(s)."""
+        x_dev, s_dev = dev
+        if not x_dev.any():
+            return np.zeros((x_dev.shape[0], w.shape[0]))
         qtype = self.model.tensor_type(name)
-        if fmt != "q8_1" or qtype not in (QT.Q4_1, QT.Q5_1):
-            return dev @ w.T
-        mins = np.abs(block_mins(self.model.raw(name), qtype)).astype(np.float64)  # [out, n/32]
-        s_dev, s_noise = q8_1_sum_deviation(x, self._x_noise(), dev)  # [T, n/32]
-        s_dev = s_dev + s_noise  # and, beyond what the rounding allows, the noise itself (as calibrated)
-        return dev @ (w + np.repeat(mins, 32, axis=1)).T + s_dev @ mins.T
+        if s_dev is None or qtype not in (QT.Q4_1, QT.Q5_1):
+            return x_dev @ w.T
+        mins = np.abs(block_mins(self.model.raw(name), qtype)[rows]).astype(np.float64)  # [out, n/32]
+        return x_dev @ (w + np.repeat(mins, 32, axis=1)).T + s_dev @ mins.T
 
     def _projections(self, kind: str) -> dict[str, np.ndarray]:
         """Layer 0's Qcur [T, H, D_h], Kcur and Vcur [T, H_kv, D_h], through the q/k norms and RoPE, for one kind of
@@ -143,41 +152,56 @@ class Layer0:
         return self._cache[("proj", kind)]  # type: ignore[return-value]
 
     def _projection_terms(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Both kinds of term of the Q, K and V projections [T, width] (_projections)."""
+        """Both kinds of term of the Q, K and V projections [T, width] (_projections), in parts of at most ROWS output
+        rows on two threads (_concurrently; each output's terms are computed from its own row of the weight, so a
+        part's are the whole's)."""
         hp, m = self.ref.hparams, self.model
         x = np.abs(np.asarray(self.ref.get(0, "attn_norm"), np.float64))  # [T, n_embd]
+        fused = m.has("blk.0.attn_qkv.weight")
+        names = ["blk.0.attn_qkv"] if fused else [f"blk.0.{w}" for w in PROJECTIONS.values()]
+        signed = dict(zip(names, _concurrently(*(lambda n=n: m.matrix(n + ".weight") for n in names))))
+        fmts = {n: self._x_format(n + ".weight") for n in names}
+        devs = dict(zip(set(fmts.values()), _concurrently(*(lambda f=f: self._x_deviation(f)
+                                                            for f in set(fmts.values())))))
 
-        def terms(prefix: str) -> tuple[np.ndarray, np.ndarray]:
-            signed = m.matrix(prefix + ".weight")
-            w = np.abs(signed)
-            if m.tensor_type(prefix + ".weight") in SYMMETRIC_BLOCKS:
-                y = self._grouped(signed, prefix + ".weight")
+        def terms(prefix: str, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+            name = prefix + ".weight"
+            part = signed[prefix][rows]
+            w = np.abs(part)
+            if m.tensor_type(name) in SYMMETRIC_BLOCKS:
+                y = self._grouped(part, name, len(signed[prefix]))
             else:
                 y = x @ w.T
             if m.has(prefix + ".bias"):
-                y = y + np.abs(m.tensor(prefix + ".bias"))
-            return _matmul_gamma(m, prefix + ".weight", hp.n_embd) * y, self._converted(prefix + ".weight", w)
+                y = y + np.abs(m.tensor(prefix + ".bias")[rows])
+            return _matmul_gamma(m, name, hp.n_embd) * y, self._converted(name, w, devs[fmts[prefix]], rows)
 
+        parts = [(n, slice(lo, lo + ROWS)) for n in names for lo in range(0, len(signed[n]), ROWS)]
+        done = _concurrently(*(lambda n=n, r=r: terms(n, r) for n, r in parts))
+        whole = {n: [np.concatenate([t[i] for (pn, _), t in zip(parts, done) if pn == n], axis=-1) for i in (0, 1)]
+                 for n in names}
         d, d_kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
-        if m.has("blk.0.attn_qkv.weight"):
-            both = terms("blk.0.attn_qkv")
+        if fused:
+            both = whole[names[0]]
             return {k: (a[:, :d], a[:, d:d + d_kv], a[:, d + d_kv:]) for k, a in zip(("noise", "converted"), both)}
-        q, k, v = _concurrently(*(lambda w=w: terms(f"blk.0.{w}") for w in PROJECTIONS.values()))
+        q, k, v = (whole[n] for n in names)
         return {"noise": (q[0], k[0], v[0]), "converted": (q[1], k[1], v[1])}
 
-    def _grouped(self, w: np.ndarray, name: str) -> np.ndarray:
+    def _grouped(self, w: np.ndarray, name: str, width: int) -> np.ndarray:
         """[T, out]: Σ over groups g of 4 consecutive inputs of |Σ_{i in g} W_oi·x̂_ti|, x̂ attn_norm's output in the
         weight's vec_dot format, for a weight whose blocks are symmetric integers (SYMMETRIC_BLOCKS): what its f32
         noise is relative to. Its kernels sum a block's integer products exactly, in lanes of at least 4
         consecutive products (AVX2's maddubs and madd: 4; NEON's dot products and the scalar code: more), and only
-        scale and accumulate those lane sums in f32; a coarser lane sums groups of these, whose |sum| is no larger."""
+        scale and accumulate those lane sums in f32; a coarser lane sums groups of these, whose |sum| is no larger.
+        w: some of the weight's rows; width: the whole weight's count, which sizes the chunks of groups (so the sums
+        are those of the whole)."""
         x_hat = convert(np.asarray(self.ref.get(0, "attn_norm"), np.float64), self._x_format(name))[0]
         x_hat = np.asarray(x_hat, np.float64)
         t, n = x_hat.shape
         xg = x_hat.reshape(t, n // 4, 4).transpose(1, 0, 2)  # [G, T, 4]
         wg = w.reshape(w.shape[0], n // 4, 4).transpose(1, 2, 0)  # [G, 4, out]
         out = np.zeros((t, w.shape[0]))
-        step = max(1, 2**20 // (t * w.shape[0]))  # groups per chunk: about 8 MB of lane sums
+        step = max(1, 2**20 // (t * width))  # groups per chunk: about 8 MB of the whole weight's lane sums
         for g in range(0, n // 4, step):
             out += np.abs(np.matmul(xg[g:g + step], wg[g:g + step])).sum(axis=0)  # [c, T, out] summed over c
         return out
@@ -270,7 +294,7 @@ class Layer0:
             out = self._read()[quantity]
         elif quantity in ("kq", "kq_scores", "kq_soft_max", "kqv", "kqv@flash"):
             for name, term in self._attention(quantity == "kqv@flash").items():  # each kept for its own nodes
-                self._cache[("noise", name)] = term.astype(np.float32)
+                self._cache[("noise", name)] = term
             return self._cache[key]
         elif quantity.startswith("kq_scores@"):  # kq/cap and its tanh (tanh' <= 1): kq's bound over the cap
             cap = self.ref.hparams.softcap
@@ -279,25 +303,42 @@ class Layer0:
         return out
 
     def _attention(self, flash: bool) -> dict[str, np.ndarray]:
-        """kq, kq_scores, kq_soft_max [H, T, T] and kqv [H, T, D_v] (module doc), each from the one before, at once;
-        flash: kqv@flash alone, FLASH_ATTN_EXT's, which reads P unrounded (expect.flash() adds its kernel's own
-        arithmetic)."""
+        """kq, kq_scores, kq_soft_max [H, T, T] and kqv [H, T, D_v] (module doc), each from the one before, at once, in
+        f32; flash: kqv@flash alone, FLASH_ATTN_EXT's, which reads P unrounded (expect.flash() adds its kernel's own
+        arithmetic). Head by head on two threads (_concurrently): every term of a head is computed from that head's
+        rows alone, so each is the one the whole computed at once gives, and no [H, T, T] f64 array is held."""
         q, k, v, p = self._heads(0)
         rd = self._read()
+        h, t, d_v = p.shape[0], p.shape[1], v.shape[1]
+        names = ("kqv@flash",) if flash else ("kq", "kq_scores", "kq_soft_max", "kqv")
+        out = {n: np.empty((h, t, d_v if n.startswith("kqv") else t), np.float32) for n in names}
+        vis = np.tri(t, dtype=bool)
+        n_vis = np.arange(1, t + 1, dtype=np.float64)[:, None]
+        scores = self.ref.get(0, "kq_scores") if self.ref.hparams.softcap else None
+        per_head = [n for n in ("dq", "dk", "dv", "ds", "mins") if n in rd]  # [H, ...] (not the cache views)
+
+        def head(i: int) -> None:
+            for n, term in self._head_terms(q[i], k[i], v[i], p[i], {n: rd[n][i] for n in per_head},
+                                            None if scores is None else scores[i], vis, n_vis, flash).items():
+                out[n][i] = term
+
+        _concurrently(*(lambda i=i: head(i) for i in range(h)))
+        return out
+
+    def _head_terms(self, q, k, v, p, rd, scores, vis, n_vis, flash: bool) -> dict[str, np.ndarray]:
+        """One query head's terms (_attention): q, k [T, D], v [D_v, T], p [T, T], rd its rows of _read()'s, scores
+        its kq_scores (under a soft-cap; else None)."""
         aq, ak = np.abs(q), np.abs(k)
         dkq = gamma(q.shape[-1]) * rowdot(aq, ak) + rowdot(rd["dq"], ak) + rowdot(aq, rd["dk"])
         dkq = dkq + rowdot(rd["dq"], rd["dk"])
         if "ds" in rd:  # q's Q8_1 block sum s rounded the other way: kq moves by Σ_b Δs_b·|m_jb|
             dkq = dkq + rowdot(rd["ds"], rd["mins"])
         cap = self.ref.hparams.softcap
-        ds = dkq + 4 * U32 * (np.abs(self.ref.get(0, "kq_scores")) + cap) if cap else dkq  # tanh' <= 1
+        ds = dkq + 4 * U32 * (np.abs(scores) + cap) if cap else dkq  # tanh' <= 1
         out = {} if flash else {"kq": dkq, "kq_scores": ds}
-        t = p.shape[1]
-        vis = np.tri(t, dtype=bool)[None]
         x = np.where(vis, np.minimum(self.scale * ds, 30.0), 0.0)  # score deviations in softmax's units
         ex = np.exp(x)
         mean = (p * ex).sum(-1, keepdims=True)  # Σ_j' p_j' e^{x_j'}: the normaliser's most
-        n_vis = np.arange(1, t + 1, dtype=np.float64)[None, :, None]
         dp = np.where(vis, p * (ex * mean - 1) + (n_vis + 4) * U32 * p, 0.0)
         if not flash:
             out["kq_soft_max"] = dp
@@ -312,15 +353,15 @@ class Layer0:
     @staticmethod
     def _centred(p: np.ndarray, dp: np.ndarray, dpv: np.ndarray, v: np.ndarray, fmt: str, vis: np.ndarray
                  ) -> np.ndarray:
-        """[H, T, D]: another bound on |Σ_j E_j V_jd|, E_j = P_j as P·V reads it in llama.cpp minus the reference's
+        """[..., T, D]: another bound on |Σ_j E_j V_jd|, E_j = P_j as P·V reads it in llama.cpp minus the reference's
         (|E_j| <= dpv_j): Σ_j E_j V_jd = Σ_j E_j (V_jd − c_d) + c_d Σ_j E_j for any c, here each dim's median over
         the slots (V's common offset, which Σ_j dpv_j |V_jd| counts in full). Both rows of P sum to 1 within two
         roundings each (ggml's SOFT_MAX: exps times a rounded 1/sum), and each side's rounding into fmt moves each
         weight by at most half an ulp: |Σ_j E_j| <= 8·2^-24 + Σ_j (u·(2 P_j + dp_j) + a subnormal's step)."""
-        off = np.median(v, axis=-1, keepdims=True)  # [H, D, 1]
+        off = np.median(v, axis=-1, keepdims=True)  # [..., D, 1]
         half = UNIT.get(fmt, 0.0)
         tiny = 2.0**-24 if fmt == "f16" else 0.0
-        sum_e = 8 * U32 + np.where(vis, half * (2 * p + dp) + tiny, 0.0).sum(-1)  # [H, T]
+        sum_e = 8 * U32 + np.where(vis, half * (2 * p + dp) + tiny, 0.0).sum(-1)  # [..., T]
         out = rowdot(dpv, np.abs(v - off)) + sum_e[..., None] * np.abs(np.swapaxes(off, -1, -2))
         whole = np.abs(p.sum(-1) - 1) <= 16 * U32  # rows that sum to 1 (not where a sink takes a share)
         return np.where(whole[..., None], out, np.inf)

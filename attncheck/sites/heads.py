@@ -130,11 +130,16 @@ class Stack:
         return self._reasons(self.queries, self.slots)
 
     def _reasons(self, queries: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        g = [v.geometry for v in self.views]
+        return self._reasons_at(self._geometries(), queries, slots)
+
+    def _geometries(self) -> np.ndarray:
+        """[s, 4]: each site's n_past, slot base, token count and window size (0: none), what its mask depends on."""
+        return np.array([(v.geometry.n_past, v.geometry.slot_base, v.geometry.n_tokens,
+                          f.window.n if f.window is not None else 0) for v, f in zip(self.views, self.facts)])
+
+    def _reasons_at(self, geo: np.ndarray, queries: np.ndarray, slots: np.ndarray) -> np.ndarray:
         f0 = self.facts[0]
-        window = np.array([f.window.n if f.window is not None else 0 for f in self.facts])
-        return reasons(np.array([x.n_past for x in g]), np.array([x.slot_base for x in g]),
-                       np.array([x.n_tokens for x in g]), queries, slots, f0.causal, window,
+        return reasons(geo[:, 0], geo[:, 1], geo[:, 2], queries, slots, f0.causal, geo[:, 3],
                        f0.window.kind if f0.window is not None else "standard")
 
     @cached_property
@@ -144,9 +149,12 @@ class Stack:
 
     @cached_property
     def n_visible_all(self) -> np.ndarray:
-        """[s, T] how many slots each query of the evaluation sees, printed or not."""
+        """[s, T] how many slots each query of the evaluation sees, printed or not: counted once per distinct
+        geometry (an evaluation's layers differ in their window at most)."""
         v0 = self.views[0]
-        return (self._reasons(np.arange(v0.site.T), np.arange(v0.geometry.n_kv)) == VISIBLE).sum(axis=-1)
+        geo, back = np.unique(self._geometries(), axis=0, return_inverse=True)
+        counts = (self._reasons_at(geo, np.arange(v0.site.T), np.arange(v0.geometry.n_kv)) == VISIBLE).sum(axis=-1)
+        return counts[back.reshape(-1)]
 
     @cached_property
     def n_visible(self) -> np.ndarray:

@@ -54,7 +54,8 @@ def rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _concurrently(*calls):
     """Each call's result, in order, computed on two threads: layer 0's terms are checked while no other layer is
     computed (reference.forward_layers), so the second core is free; numpy lets go of the GIL in its loops. Each
-    result is the one the call gives alone (nothing is split), so the terms are bit for bit the same."""
+    result is the one the call gives alone: the callers split the work only where each part's values are computed
+    from that part alone (a head, a weight's rows), so the terms are bit for bit the same."""
     with ThreadPoolExecutor(2) as pool:
         return [f.result() for f in [pool.submit(c) for c in calls]]
 

@@ -157,20 +157,23 @@ class Layer0:
         rows on two threads (_concurrently; each output's terms are computed from its own row of the weight, so a
         part's are the whole's)."""
         hp, m = self.ref.hparams, self.model
-        x = np.abs(np.asarray(self.ref.get(0, "attn_norm"), np.float64))  # [T, n_embd]
+        norm = np.asarray(self.ref.get(0, "attn_norm"), np.float64)  # [T, n_embd]
+        x = np.abs(norm)
         fused = m.has("blk.0.attn_qkv.weight")
         names = ["blk.0.attn_qkv"] if fused else [f"blk.0.{w}" for w in PROJECTIONS.values()]
         signed = dict(zip(names, _concurrently(*(lambda n=n: m.matrix(n + ".weight") for n in names))))
         fmts = {n: self._x_format(n + ".weight") for n in names}
         devs = dict(zip(set(fmts.values()), _concurrently(*(lambda f=f: self._x_deviation(f)
                                                             for f in set(fmts.values())))))
+        hats = {f: np.asarray(convert(norm, f)[0], np.float64)  # x̂ once per format, for every part of _grouped's
+                for f in {fmts[n] for n in names if m.tensor_type(n + ".weight") in SYMMETRIC_BLOCKS}}
 
         def terms(prefix: str, rows: slice) -> tuple[np.ndarray, np.ndarray]:
             name = prefix + ".weight"
             part = signed[prefix][rows]
             w = np.abs(part)
             if m.tensor_type(name) in SYMMETRIC_BLOCKS:
-                y = self._grouped(part, name, len(signed[prefix]))
+                y = self._grouped(part, hats[fmts[prefix]], len(signed[prefix]))
             else:
                 y = x @ w.T
             if m.has(prefix + ".bias"):
@@ -188,16 +191,15 @@ class Layer0:
         q, k, v = (whole[n] for n in names)
         return {"noise": (q[0], k[0], v[0]), "converted": (q[1], k[1], v[1])}
 
-    def _grouped(self, w: np.ndarray, name: str, width: int) -> np.ndarray:
+    @staticmethod
+    def _grouped(w: np.ndarray, x_hat: np.ndarray, width: int) -> np.ndarray:
         """[T, out]: Σ over groups g of 4 consecutive inputs of |Σ_{i in g} W_oi·x̂_ti|, x̂ attn_norm's output in the
         weight's vec_dot format, for a weight whose blocks are symmetric integers (SYMMETRIC_BLOCKS): what its f32
         noise is relative to. Its kernels sum a block's integer products exactly, in lanes of at least 4
         consecutive products (AVX2's maddubs and madd: 4; NEON's dot products and the scalar code: more), and only
         scale and accumulate those lane sums in f32; a coarser lane sums groups of these, whose |sum| is no larger.
-        w: some of the weight's rows; width: the whole weight's count, which sizes the chunks of groups (so the sums
-        are those of the whole)."""
-        x_hat = convert(np.asarray(self.ref.get(0, "attn_norm"), np.float64), self._x_format(name))[0]
-        x_hat = np.asarray(x_hat, np.float64)
+        w: some of the weight's rows; x_hat [T, n_embd] (f64); width: the whole weight's row count, which sizes the
+        chunks of groups (so the sums are those of the whole)."""
         t, n = x_hat.shape
         xg = x_hat.reshape(t, n // 4, 4).transpose(1, 0, 2)  # [G, T, 4]
         wg = w.reshape(w.shape[0], n // 4, 4).transpose(1, 2, 0)  # [G, 4, out]

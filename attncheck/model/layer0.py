@@ -383,7 +383,8 @@ class Layer0:
         normaliser's), and q's rounding Δq, one vector for every key, taken through Σ_d Δq_d Σ_j P_j k_jd (V_j − f),
         where the keys' terms cancel. Then llama.cpp's softmax roundings, P rounded into the V cache's float type
         (half a step of llama.cpp's weight, and the reference's own rounding, known), V's deviations and the dot
-        product's noise. None where a score may move by 30 (the linear split means nothing there)."""
+        product's noise. None where a score may move by 30 (the linear split means nothing there) or where P's row
+        does not sum to 1 (a sink's share: _centred's rows too)."""
         r, rd, n_vis = self.ref, self._read(), t + 1
         kv = h // self.group
         q = np.asarray(r.get(0, "q")[t, h], np.float64)  # [D]
@@ -407,6 +408,8 @@ class Layer0:
         ex = np.exp(x)
         dp = pt * (ex * (pt * ex).sum() - 1) + (n_vis + 4) * U32 * pt  # _head_terms' per-slot bound
         sigma = pt.sum()
+        if abs(sigma - 1) > 16 * U32:  # a sink takes a share (no reference forward has one yet): as _centred
+            return None
         ph = pt / sigma  # weights that sum to 1
         vd = vt[dims]  # [m, n]
         f = vd @ ph  # [m]: the row's mean

@@ -1,4 +1,4 @@
-"""Layer 0's kqv bound as a weighted mean (attncheck/model/layer0.py Layer0._weighted_mean; docs/numerics.md §3.2).
+"""Layer 0's kqv bound as a weighted mean (attncheck/model/weighted_mean.py; docs/numerics.md §3.2).
 
 kqv is a P-weighted mean of V: llama.cpp's scores differ from the reference's by q's rounding Δq (one vector for
 every key), each key's Δk and the dot product's f32 noise, and its softmax of them moves the mean by
@@ -17,6 +17,7 @@ from attncheck.model.checker import ModelChecker
 from attncheck.model.layer0 import gamma
 from attncheck.model.matmul import convert, vec_dot_type
 from attncheck.model.numerics import KV_QT, round_f16
+from attncheck.model.weighted_mean import weighted_mean
 from conftest import FIXTURES
 
 GPT2 = FIXTURES / "models" / "gpt2-mini-q8_0.gguf"
@@ -61,7 +62,7 @@ def test_no_admissible_deviation_exceeds_the_bound(dump, model, head, flash):
     rd = exp._read()
     t = q.shape[1] - 1
     dims = np.arange(v.shape[1])
-    bound = exp._weighted_mean(head, t, dims, flash)
+    bound = weighted_mean(exp, head, t, dims, flash)
     pt = p[head, t, :t + 1]
     ref = v[head, :, :t + 1] @ (pt if flash else round_f16(pt).astype(np.float64))
     rng = np.random.default_rng(0)
@@ -88,5 +89,5 @@ def test_the_mean_is_tighter_than_each_weight_in_full():
     whole = exp.noise("kqv")
     for h in range(q.shape[0]):
         dims = np.arange(v.shape[1])
-        mean = exp._weighted_mean(h, t, dims, False)
+        mean = weighted_mean(exp, h, t, dims, False)
         assert np.median(mean / whole[h, t]) < 0.9

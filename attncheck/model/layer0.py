@@ -19,8 +19,8 @@ print precision; derived in docs/numerics.md §3.2). Every term is a worst-case 
   through softmax exactly, |Δp_j| <= p_j·(e^{s·D_j}·Σ_j' p_j' e^{s·D_j'} − 1) for score deviations D (s the
   scale), which a p-weighted mean keeps from growing with the row; on kqv Σ_j dev(P_j)|V_j| + P_j dev(V_j) (+
   dev·dev) and gamma(n)·Σ_j P_j|V_j|, the first term centred on V's offset where smaller (_centred); at the
-  elements a node prints, the smaller of that and kqv's bound as a weighted mean of V (_weighted_mean: each weight's
-  move counted once, centred on the row's mean, q's rounding one vector for every key). A row whose values lie
+  elements a node prints, the smaller of that and kqv's bound as a weighted mean of V (weighted_mean.py: each
+  weight's move counted once, centred on the row's mean, q's rounding one vector for every key). A row whose values lie
   clear of every midpoint keeps print precision plus f32 noise, at any prompt length.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from gguf import GGMLQuantizationType as QT
 
 from .matmul import convert, vec_dot_type
 from .numerics import KV_QT, block_mins, store
-from .steps import UNIT, deviation, q8_1_sum_deviation, round_to, step
+from .steps import UNIT, deviation, q8_1_sum_deviation
 
 U32 = 2.0**-24  # f32 unit roundoff
 PROJECTIONS = {"Qcur": "attn_q", "Kcur": "attn_k", "Vcur": "attn_v"}
@@ -286,13 +286,10 @@ class Layer0:
         self._cache["read"] = out  # type: ignore[assignment]
         return out
 
-    def noise(self, quantity: str, at: tuple[np.ndarray, ...] | None = None) -> np.ndarray | None:
+    def noise(self, quantity: str) -> np.ndarray | None:
         """Layer 0's bound on |llama.cpp − reference| beyond print and the last f32 rounding, for a quantity in its
-        canonical layout (module doc); None where there is none. at: canonical indices (one array per axis) of the
-        elements a node prints, where kqv's bound is made the smaller of it and _weighted_mean's."""
+        canonical layout (module doc); None where there is none."""
         key = ("noise", quantity)
-        if at is not None and quantity in ("kqv", "kqv@flash"):
-            self._refine(quantity, at)
         if key in self._cache:
             return self._cache[key]
         out: np.ndarray | None = None
@@ -357,76 +354,6 @@ class Layer0:
         out["kqv@flash" if flash else "kqv"] = moved + rowdot(p, rd["dv"]) + rowdot(dpv, rd["dv"]) + \
             gamma(n_vis) * rowdot(p, av)
         return out
-
-    def _refine(self, quantity: str, at: tuple[np.ndarray, ...]) -> None:
-        """Lower kqv's bound (noise(quantity), [H, T, D_v]) to _weighted_mean's at the elements `at`, each (head,
-        query) row once: a printed node's dozens of elements, where the bound of every element costs a matmul per
-        row."""
-        whole = self.noise(quantity)
-        done = self._cache.setdefault(("refined", quantity), set())  # type: ignore[arg-type]
-        rows: dict[tuple[int, int], set[int]] = {}
-        for h, t, d in zip(*(np.asarray(a).ravel().tolist() for a in at)):
-            if (h, t, d) not in done:  # type: ignore[operator]
-                rows.setdefault((h, t), set()).add(d)
-        for (h, t), dims in rows.items():
-            ds = np.array(sorted(dims))
-            bound = self._weighted_mean(h, t, ds, quantity == "kqv@flash")
-            if bound is not None:
-                whole[h, t, ds] = np.minimum(whole[h, t, ds], bound)  # type: ignore[index]
-            done.update((h, t, int(d)) for d in ds)  # type: ignore[attr-defined]
-
-    def _weighted_mean(self, h: int, t: int, dims: np.ndarray, flash: bool) -> np.ndarray | None:
-        """[len(dims)]: a bound on |llama.cpp's kqv − the reference's| at query head h, query t and dims, which
-        _head_terms' per-slot bound exceeds (docs/numerics.md §3.2): kqv is a P-weighted mean of V, and llama.cpp's P
-        is the softmax of scores s + Δ, so it moves by f(Δ) − f = Σ_j P_j (e^{Δ_j} − 1)(V_j − f) / Σ_j P_j e^{Δ_j}
-        (both weight sets sum to 1): centred on the row's own mean f, each weight's move counted once (not also the
-        normaliser's), and q's rounding Δq, one vector for every key, taken through Σ_d Δq_d Σ_j P_j k_jd (V_j − f),
-        where the keys' terms cancel. Then llama.cpp's softmax roundings, P rounded into the V cache's float type
-        (half a step of llama.cpp's weight, and the reference's own rounding, known), V's deviations and the dot
-        product's noise. None where a score may move by 30 (the linear split means nothing there) or where P's row
-        does not sum to 1 (a sink's share: _centred's rows too)."""
-        r, rd, n_vis = self.ref, self._read(), t + 1
-        kv = h // self.group
-        q = np.asarray(r.get(0, "q")[t, h], np.float64)  # [D]
-        kt = np.asarray(r.get(0, "k_view")[kv, :n_vis], np.float64)  # [n, D]: the slots query t reads (P 0 if masked)
-        vt = np.asarray(r.get(0, "v_view")[kv, :, :n_vis], np.float64)  # [D_v, n]
-        pt = np.asarray(r.get(0, "kq_soft_max")[h, t, :n_vis], np.float64)  # [n]
-        aq, ak, dq, dk = np.abs(q), np.abs(kt), rd["dq"][h, t], rd["dk"][h, :n_vis]
-        y = ak @ (gamma(q.shape[-1]) * aq) + dk @ (aq + dq)  # each key's own: the dot product's noise, Δk
-        if "ds" in rd:
-            y = y + rd["mins"][h, :n_vis] @ rd["ds"][h, t]
-        cap = self.ref.hparams.softcap
-        if cap:  # tanh between kq and the scores: no common Δq term
-            a = np.zeros(n_vis)
-            y = self.scale * (y + ak @ dq + 4 * U32 * (np.abs(np.asarray(r.get(0, "kq_scores")[h, t, :n_vis])) + cap))
-        else:
-            a = self.scale * (ak @ dq)  # what Δq moves each score by, at most
-            y = self.scale * y
-        x = a + y  # |Δ_j| <= x_j, in softmax's units
-        if x.max(initial=0.0) >= 30.0:
-            return None
-        ex = np.exp(x)
-        dp = pt * (ex * (pt * ex).sum() - 1) + (n_vis + 4) * U32 * pt  # _head_terms' per-slot bound
-        sigma = pt.sum()
-        if abs(sigma - 1) > 16 * U32:  # a sink takes a share (no reference forward has one yet): as _centred
-            return None
-        ph = pt / sigma  # weights that sum to 1
-        vd = vt[dims]  # [m, n]
-        f = vd @ ph  # [m]: the row's mean
-        vc = vd - f[:, None]
-        z_min = float(ph @ np.exp(-x))  # Σ_j P_j e^{Δ_j} >= this
-        common = 0.0 if cap else self.scale * (np.abs((vc * ph) @ kt) @ dq)  # [m]: Σ_d Δq_d |Σ_j P_j k_jd (V_j − f)|
-        moved = (common + np.abs(vc) @ (ph * (y + np.expm1(x) - x))) / z_min  # e^Δ − 1 − Δ <= e^x − 1 − x
-        av = np.abs(vd)
-        out = moved + (n_vis + 4) * U32 * (av @ (ph * ex)) / z_min + abs(1 / sigma - 1) * np.abs(vd @ pt)
-        fmt = "f32" if flash else self._p_format()
-        dpv = dp
-        if fmt != "f32":  # P rounded into fmt: llama.cpp's weight by at most half a step, the reference's as it did
-            dpv = deviation(pt, dp, fmt)
-            out = out + av @ (step(pt + dp, fmt) / 2) + np.abs(vd @ (np.asarray(round_to(pt, fmt), np.float64) - pt))
-        dv = rd["dv"][h, dims, :n_vis]  # llama.cpp's weight is within dpv of the reference's rounded one
-        weight = pt + dpv + (step(pt, fmt) / 2 if fmt != "f32" else 0.0)
-        return out + dv @ weight + gamma(n_vis) * (av @ pt)
 
     @staticmethod
     def _centred(p: np.ndarray, dp: np.ndarray, dpv: np.ndarray, v: np.ndarray, fmt: str, vis: np.ndarray

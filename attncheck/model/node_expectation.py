@@ -11,6 +11,7 @@ from .chaos import kept_rms
 from .expect import Expected
 from .grid import locate
 from .mapping import CANONICAL, Layer, Mapped
+from .weighted_mean import QUANTITIES, refined
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,8 @@ def expectation(exp: Expected, L: Layer, m: Mapped, n_past: int, T: int, printed
     if flash:
         terms.append(exp.flash(ref_layer))  # type: ignore[arg-type]
     if derived and ref_layer == 0:
-        terms.append(exp.noise("kqv@flash" if flash else m.key or m.quantity, at=g.index))
+        name = "kqv@flash" if flash else m.key or m.quantity
+        terms.append(refined(exp, name, g.index) if name in QUANTITIES else exp.noise(name))
     terms = [t for t in terms if t is not None]
     extra = sum((g.take(t) for t in terms), np.zeros(g.valid.shape))
     whole = Whole(*_sums(exp, m, ref, position, g.region), sum(float(g.block(t).sum()) for t in terms))

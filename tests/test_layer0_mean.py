@@ -91,3 +91,18 @@ def test_the_mean_is_tighter_than_each_weight_in_full():
         dims = np.arange(v.shape[1])
         mean = weighted_mean(exp, h, t, dims, False)
         assert np.median(mean / whole[h, t]) < 0.9
+
+
+def test_large_score_deviations_keep_the_bound_finite():
+    """An IQ4_NL K cache moves K by two of its largest steps, so a score may move by 25 in softmax's units and a
+    weight's per-slot bound (about p·e^50) passes f16's range: the half step of llama.cpp's weight is taken at most at 1
+    (a softmax weight is at most 1), not as f16's overflow (a NaN bound failed every such run). Made here from
+    gpt2-long's reference with its K deviations scaled up: no fixture run has such a cache without flash attention."""
+    exp = expected("gpt2-long.txt", GPT2)
+    q, k, v, _ = exp._heads(0)
+    rd = exp._read()
+    t = q.shape[1] - 1
+    x = exp.scale * (np.abs(k[3, :t + 1]) @ rd["dq"][3, t] + rd["dk"][3, :t + 1] @ np.abs(q[3, t]))
+    rd["dk"] = rd["dk"] * (25 / x.max())
+    bound = weighted_mean(exp, 3, t, np.arange(v.shape[1]), False)
+    assert bound is not None and np.isfinite(bound).all() and bound.max() > 0.1

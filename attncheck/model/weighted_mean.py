@@ -83,7 +83,9 @@ def weighted_mean(exp: Expected, h: int, t: int, dims: np.ndarray, flash: bool) 
     dpv = dp
     if fmt != "f32":  # P rounded into fmt: llama.cpp's weight by at most half a step, the reference's as it did
         dpv = deviation(pt, dp, fmt)
-        out = out + av @ (step(pt + dp, fmt) / 2) + np.abs(vd @ (np.asarray(round_to(pt, fmt), np.float64) - pt))
+        top = np.minimum(pt + dp, 1.0)  # llama.cpp's weight at most: exp(s_j − max) <= 1 over a sum >= 1
+        out = out + av @ (step(top, fmt) / 2) + np.abs(vd @ (np.asarray(round_to(pt, fmt), np.float64) - pt))
     dv = rd["dv"][h, dims, :n_vis]  # llama.cpp's weight is within dpv of the reference's rounded one
     weight = pt + dpv + (step(pt, fmt) / 2 if fmt != "f32" else 0.0)
-    return out + dv @ weight + gamma(n_vis) * (av @ pt)
+    out = out + dv @ weight + gamma(n_vis) * (av @ pt)
+    return out if np.isfinite(out).all() else None

@@ -20,8 +20,8 @@ print precision; derived in docs/numerics.md §3.2). Every term is a worst-case 
   scale), which a p-weighted mean keeps from growing with the row; on kqv Σ_j dev(P_j)|V_j| + P_j dev(V_j) (+
   dev·dev) and gamma(n)·Σ_j P_j|V_j|, the first term centred on V's offset where smaller (_centred); at the
   elements a node prints, the smaller of that and kqv's bound as a weighted mean of V (weighted_mean.py: each
-  weight's move counted once, centred on the row's mean, q's rounding one vector for every key). A row whose values lie
-  clear of every midpoint keeps print precision plus f32 noise, at any prompt length.
+  weight's move counted once, centred on the row's mean, q's rounding one vector for every key). A row whose values
+  lie clear of every midpoint keeps print precision plus f32 noise, at any prompt length.
 """
 from __future__ import annotations
 

@@ -53,6 +53,25 @@ def rowdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, np.swapaxes(b, -1, -2))
 
 
+def kq_deviation(aq: np.ndarray, ak: np.ndarray, rd: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """kq's deviation [..., T_q, T_k] (module doc) from |q| [..., T_q, D], |k| [..., T_k, D] and _read()'s rows (dq like
+    q; dk like k; with a Q4_1/Q5_1 K, ds and mins): (q's rounding, one vector for every key: Σ_d dev(q_d)|k_jd|; the
+    whole, which adds the dot product's noise, Δk, Δq·Δk and q's Q8_1 block sums rounded the other way)."""
+    common = rowdot(rd["dq"], ak)
+    whole = gamma(aq.shape[-1]) * rowdot(aq, ak) + common + rowdot(aq, rd["dk"])
+    whole = whole + rowdot(rd["dq"], rd["dk"])
+    if "ds" in rd:  # q's Q8_1 block sum s rounded the other way: kq moves by Σ_b Δs_b·|m_jb|
+        whole = whole + rowdot(rd["ds"], rd["mins"])
+    return common, whole
+
+
+def weight_deviation(p: np.ndarray, ex: np.ndarray, n_vis) -> np.ndarray:
+    """[..., T]: how far softmax moves each weight p_j of a row when its scores move by at most x (ex = e^x): p_j·(e^x_j
+    Σ_j' p_j' e^x_j' − 1) (the normaliser's most), plus llama.cpp's (n_vis + 4) f32 roundings of it."""
+    mean = (p * ex).sum(-1, keepdims=True)
+    return p * (ex * mean - 1) + (n_vis + 4) * U32 * p
+
+
 def _concurrently(*calls):
     """Each call's result, in order, computed on two threads: layer 0's terms are checked while no other layer is
     computed (reference.forward_layers), so the second core is free; numpy lets go of the GIL in its loops. Each
@@ -334,17 +353,13 @@ class Layer0:
         """One query head's terms (_attention): q, k [T, D], v [D_v, T], p [T, T], rd its rows of _read()'s, scores
         its kq_scores (under a soft-cap; else None)."""
         aq, ak = np.abs(q), np.abs(k)
-        dkq = gamma(q.shape[-1]) * rowdot(aq, ak) + rowdot(rd["dq"], ak) + rowdot(aq, rd["dk"])
-        dkq = dkq + rowdot(rd["dq"], rd["dk"])
-        if "ds" in rd:  # q's Q8_1 block sum s rounded the other way: kq moves by Σ_b Δs_b·|m_jb|
-            dkq = dkq + rowdot(rd["ds"], rd["mins"])
+        _, dkq = kq_deviation(aq, ak, rd)
         cap = self.ref.hparams.softcap
         ds = dkq + 4 * U32 * (np.abs(scores) + cap) if cap else dkq  # tanh' <= 1
         out = {} if flash else {"kq": dkq, "kq_scores": ds}
         x = np.where(vis, np.minimum(self.scale * ds, 30.0), 0.0)  # score deviations in softmax's units
         ex = np.exp(x)
-        mean = (p * ex).sum(-1, keepdims=True)  # Σ_j' p_j' e^{x_j'}: the normaliser's most
-        dp = np.where(vis, p * (ex * mean - 1) + (n_vis + 4) * U32 * p, 0.0)
+        dp = np.where(vis, weight_deviation(p, ex, n_vis), 0.0)
         if not flash:
             out["kq_soft_max"] = dp
         fmt = "f32" if flash else self._p_format()

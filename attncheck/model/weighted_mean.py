@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .expect import Expected
-from .layer0 import U32, gamma
+from .layer0 import U32, gamma, kq_deviation, weight_deviation
 from .steps import deviation, round_to, step
 
 QUANTITIES = ("kqv", "kqv@flash")  # the layer-0 noise() quantities this bounds
@@ -51,22 +51,22 @@ def weighted_mean(exp: Expected, h: int, t: int, dims: np.ndarray, flash: bool) 
     kt = np.asarray(r.get(0, "k_view")[kv, :n_vis], np.float64)  # [n, D]: the slots query t reads (P 0 if masked)
     vt = np.asarray(r.get(0, "v_view")[kv, :, :n_vis], np.float64)  # [D_v, n]
     pt = np.asarray(r.get(0, "kq_soft_max")[h, t, :n_vis], np.float64)  # [n]
-    aq, ak, dq, dk = np.abs(q), np.abs(kt), rd["dq"][h, t], rd["dk"][h, :n_vis]
-    y = ak @ (gamma(q.shape[-1]) * aq) + dk @ (aq + dq)  # each key's own: the dot product's noise, Δk
-    if "ds" in rd:
-        y = y + rd["mins"][h, :n_vis] @ rd["ds"][h, t]
+    aq, ak, dq = np.abs(q), np.abs(kt), rd["dq"][h, t]
+    rows = {"dq": dq, "dk": rd["dk"][h, :n_vis]} | ({"ds": rd["ds"][h, t], "mins": rd["mins"][h, :n_vis]}
+                                                   if "ds" in rd else {})
+    common, whole = kq_deviation(aq, ak, rows)  # [n] each
     cap = r.hparams.softcap
     if cap:  # tanh between kq and the scores: no common Δq term
         a = np.zeros(n_vis)
-        y = exp.scale * (y + ak @ dq + 4 * U32 * (np.abs(np.asarray(r.get(0, "kq_scores")[h, t, :n_vis])) + cap))
+        y = exp.scale * (whole + 4 * U32 * (np.abs(np.asarray(r.get(0, "kq_scores")[h, t, :n_vis])) + cap))
     else:
-        a = exp.scale * (ak @ dq)  # what Δq moves each score by, at most
-        y = exp.scale * y
+        a = exp.scale * common  # what Δq moves each score by, at most
+        y = exp.scale * (whole - common)  # each key's own: the dot product's noise, Δk, Δq·Δk, the Q8_1 sums
     x = a + y  # |Δ_j| <= x_j, in softmax's units
     if x.max(initial=0.0) >= 30.0:
         return None
     ex = np.exp(x)
-    dp = pt * (ex * (pt * ex).sum() - 1) + (n_vis + 4) * U32 * pt  # layer0's per-slot bound
+    dp = weight_deviation(pt, ex, n_vis)  # layer0's per-slot bound
     sigma = pt.sum()
     if abs(sigma - 1) > 16 * U32:
         return None

@@ -39,6 +39,7 @@ class Evaluation:
     damaged: list[int] = field(default_factory=list)  # lines of lost or garbled text within this evaluation
     damaged_names: dict[str, int] = field(default_factory=dict)  # node name → line of its damaged header
     lost: list[int] = field(default_factory=list)  # lines of damaged headers: nodes missing whole from `nodes`
+    kinds: dict[int, str] | None = None  # layer_kinds(), where it is known before (dump/repeats.py's templates)
 
     def __getstate__(self) -> dict:
         """What a worker process is sent (diff -j): the nodes without their links, as indices (a chain of inputs
@@ -80,6 +81,8 @@ class Evaluation:
     def layer_kinds(self) -> dict[int, str]:
         """What attention each numbered layer has: softmax, flash, recurrent (the op), or none; layers are read from
         the `-L` suffix of node names, the way llama.cpp names every node of layer L."""
+        if self.kinds is not None:
+            return dict(self.kinds)
         ops: dict[int, set[str]] = {}
         for n in self.nodes:
             layer = layer_of(n, -1)

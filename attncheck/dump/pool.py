@@ -8,6 +8,7 @@ on), unless that part ended in a new run's start-up log.
 from __future__ import annotations
 
 import gc
+import io
 import itertools
 import multiprocessing
 import os
@@ -16,6 +17,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from . import repeats
 from .graph import Dump, Evaluation
 from .parts import Part, parts
 from .records import NodeRef, Note, RunStart
@@ -40,16 +42,33 @@ Take = Callable[[Evaluation, str, "frozenset[int] | None"], Any]  # what a worke
 def gather_part(part: Part, source: str, layers: frozenset[int] | None, take: Take) -> PartResult:
     """Read one part as a dump of its own and take each evaluation (runs in a worker process): check/gather.py's
     EvalData for the checks; `list` takes its rows (dump/listing.py's Listed). Either has Replay's interface: index,
-    run, n_past, T, runs_before, tokens, and `placed` (Listed)."""
-    d = Dump(part.reader(), source, part.first_line, part.final)
+    run, n_past, T, runs_before, tokens, and `placed` (Listed). A part whose every evaluation repeats one read before
+    is made from those (dump/repeats.py); else it is read node by node, and what it repeats is learned."""
+    text = part.text() if part.stream is None and part.size <= repeats.LARGEST else None
+    spans = repeats.cut(text) if text is not None else None
+    made = repeats.evaluations(spans, part.first_line, part.final) if spans is not None else None
     out: list = []
     error = None
+    if made is not None:
+        try:
+            for ev in made:
+                out.append(take(ev, source, layers))
+                ev.nodes.clear()
+        except DumpError as e:
+            error = e
+        return PartResult(out, [], [], None, error, part.size)
+    d = Dump(io.BytesIO(text) if text is not None else part.reader(), source, part.first_line, part.final)
+    learned: list = []
     try:
         for ev in d.evaluations():
+            if spans is not None and not d.notes and not d.runs and len(learned) < len(spans):
+                learned.append(repeats.template(spans[len(learned)], ev, text))
             out.append(take(ev, source, layers))
             ev.nodes.clear()
     except DumpError as e:
         error = e
+    if spans is not None and error is None and not d.notes and not d.runs and d.cut is None and len(learned) == len(spans):
+        repeats.keep(spans, learned)
     return PartResult(out, d.runs, d.notes, d.cut.ref if d.cut is not None else None, error, part.size)
 
 

@@ -1,0 +1,113 @@
+"""dump/repeats.py: a part made from templates is what reading it node by node gives, field for field.
+
+The dump is the shipped benchmark dump (a real llama.cpp run, bench/gpt2-deep-48l.txt.xz): no fixture holds a graph
+printed again with numbers that differ (their runs are one or two ubatches), and the benchmark's 13 evaluations are
+12 of one template. Its first evaluations are cut at evaluation starts, as parts are.
+"""
+from __future__ import annotations
+
+import io
+import lzma
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attncheck.dump import pool, repeats
+from attncheck.dump.parts import parts, start_of_graph
+
+MADE = repeats.evaluations  # the real one: read() puts a counting one in its place
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpt2-deep-48l.txt.xz"
+
+
+@pytest.fixture(scope="module")
+def text() -> bytes:
+    """The benchmark dump's first four evaluations (its start-up log, then three of one template), whole."""
+    with lzma.open(BENCH) as f:
+        data = f.read(12 << 20)
+    return data[:_starts(data)[3]]
+
+
+def _starts(data: bytes) -> list[int]:
+    """Where each evaluation's first header line starts (dump/parts.py's graph start)."""
+    head = start_of_graph(data)
+    return [m.start() + 1 for m in re.finditer(re.escape(b"\n" + head), data)]
+
+
+def describe(ev, source, layers):
+    """Everything of an evaluation a check, `list` or `diff` could read, its links as indices."""
+    at = {id(n): i for i, n in enumerate(ev.nodes)}
+    ix = lambda n: None if n is None else at[id(n)]  # noqa: E731
+    nodes = [(n.name, n.type, n.op, n.srcs, n.ne, n.line, n.body, n.body_line, n.cut, n.lost, tuple(map(ix, n.inputs)))
+             for n in ev.nodes]
+    sites = [(s.layer, *map(ix, (s.softmax, s.scores, s.kq, s.k, s.q, s.kqv, s.v))) for s in ev.sites]
+    return (ev.index, ev.run, ev.index_in_run, ev.n_past, ev.tokens, ev.runs_before, nodes, sites,
+            [ix(n) for n in ev.flash], [ix(n) for n in ev.other_softmax], ev.damaged, ev.damaged_names, ev.lost,
+            ev.T, ev.layer_kinds())
+
+
+def read(data: bytes, fast: bool, monkeypatch) -> tuple[list, int]:
+    """Every part's result (each evaluation its own part), and how many parts were made from templates."""
+    repeats._templates.clear()
+    made = [0]
+    def counted(*a):
+        out = MADE(*a) if fast else None
+        made[0] += out is not None
+        return out
+
+    monkeypatch.setattr(repeats, "evaluations", counted)
+    out = []
+    for part in parts(io.BytesIO(data), size=1):
+        r = pool.gather_part(part, "dump.txt", None, describe)
+        out.append((r.evals, r.runs, r.notes, r.cut, None if r.error is None else str(r.error), r.size))
+    return out, made[0]
+
+
+def test_templates_make_what_reading_gives(text, monkeypatch):
+    """A clean run: the third evaluation is made from the second's template, and is what reading it gives."""
+    slow, _ = read(text, False, monkeypatch)
+    fast, made = read(text, True, monkeypatch)
+    assert made == 1
+    assert fast == slow
+    assert [len(p[0]) for p in fast] == [1, 1, 1]
+
+
+def test_second_run_is_read(text, monkeypatch):
+    """The same run twice (`cat a b`): the part with the second run's start-up log is read, the rest made."""
+    data = text + text
+    slow, _ = read(data, False, monkeypatch)
+    fast, made = read(data, True, monkeypatch)
+    assert made == 3  # the first run's third evaluation, the second run's second and third
+    assert fast == slow
+
+
+# what a repeated print may hold that the template's does not: digits, signs and blanks (which the compare ignores),
+# the bytes that change a layout, a separator, a non-finite number, log text
+EDITS = [b"7", b"-", b" ", b"\t", b"\r", b"\n", b".", b"nan", b"inf", b",", b"[", b"]", b"\x01",
+                          b"sum = ", b"...", b"  12345\n", b"I log line\n", b"common"]
+
+
+@pytest.mark.parametrize("new", EDITS)
+def test_an_insert_reads_as_read(text, monkeypatch, new):
+    """Each kind of byte inserted in the middle of the repeated evaluation, and before a header line's prefix."""
+    first = _starts(text)[-1]
+    header = text.index(b"\ncommon_debug_cb_eval:", (first + len(text)) // 2) + 1
+    for at in ((first + len(text)) // 2, header):
+        data = text[:at] + new + text[at:]
+        assert read(data, True, monkeypatch)[0] == read(data, False, monkeypatch)[0]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 3), st.sampled_from(EDITS)), min_size=1, max_size=3))
+def test_an_edited_repeat_reads_as_read(text, monkeypatch, edits):
+    """Bytes inserted, deleted or replaced in the evaluation that would be made from a template: the part's result
+    is still exactly what reading it gives (made from the template, or read when it differs)."""
+    first_of_last = _starts(text)[-1]
+    data = bytearray(text)
+    for where, drop, new in edits:
+        at = first_of_last + int(where * (len(data) - first_of_last - 1))
+        data[at:at + drop] = new
+    data = bytes(data)
+    assert read(data, True, monkeypatch)[0] == read(data, False, monkeypatch)[0]

@@ -8,7 +8,6 @@ on), unless that part ended in a new run's start-up log.
 from __future__ import annotations
 
 import gc
-import io
 import itertools
 import multiprocessing
 import os
@@ -44,9 +43,7 @@ def gather_part(part: Part, source: str, layers: frozenset[int] | None, take: Ta
     EvalData for the checks; `list` takes its rows (dump/listing.py's Listed). Either has Replay's interface: index,
     run, n_past, T, runs_before, tokens, and `placed` (Listed). A part whose every evaluation repeats one read before
     is made from those (dump/repeats.py); else it is read node by node, and what it repeats is learned."""
-    text = part.text() if part.stream is None and part.size <= repeats.LARGEST else None
-    spans = repeats.cut(text) if text is not None else None
-    made = repeats.evaluations(spans, part.first_line, part.final) if spans is not None else None
+    made, spans = repeats.made(part)
     out: list = []
     error = None
     if made is not None:
@@ -57,18 +54,18 @@ def gather_part(part: Part, source: str, layers: frozenset[int] | None, take: Ta
         except DumpError as e:
             error = e
         return PartResult(out, [], [], None, error, part.size)
-    d = Dump(io.BytesIO(text) if text is not None else part.reader(), source, part.first_line, part.final)
+    d = Dump(part.reader(), source, part.first_line, part.final)
     learned: list = []
     try:
         for ev in d.evaluations():
             if spans is not None and not d.notes and not d.runs and len(learned) < len(spans):
-                learned.append(repeats.template(spans[len(learned)], ev, text))
+                learned.append(repeats.template(spans[len(learned)], ev))
             out.append(take(ev, source, layers))
             ev.nodes.clear()
     except DumpError as e:
         error = e
-    if spans is not None and error is None and not d.notes and not d.runs and d.cut is None and len(learned) == len(spans):
-        repeats.keep(spans, learned)
+    if spans is not None and error is None and not (d.notes or d.runs or d.cut) and len(learned) == len(spans):
+        repeats.keep(spans, learned)  # a part with nothing odd in it
     return PartResult(out, d.runs, d.notes, d.cut.ref if d.cut is not None else None, error, part.size)
 
 

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from .attention import find_sites
 from .graph import Evaluation
+from .parts import Part
 from .names import COPIES
 from .records import GAP, MAX_HEADER, Node, _HEADER_AT, _ends_whole, _long_line, _parse_header_at
 from .sample import _BUT_DOTS, _dotted_skeleton, fits
@@ -25,6 +26,7 @@ from .sample import _BUT_DOTS, _dotted_skeleton, fits
 # blanks); '.', letters (nan, inf, log lines), brackets and newlines are kept, so lines and layout must agree
 _VARIES = b"0123456789- \t\r"
 _SEP = b"\x01"  # between bodies: the compare then holds body by body (one more \x01 in a body changes the count)
+GROUP = 64  # bodies compared at a time: what is translated for a compare stays small
 KEEP = 16  # templates a process keeps (the most recently used); each holds about a quarter of its evaluation's text
 LARGEST = 16 << 20  # bytes: a larger part is read in chunks the slow way, never held whole
 
@@ -38,7 +40,7 @@ class Template(NamedTuple):
     headers: tuple  # (name, type, op, srcs, ne) per node
     lines: tuple[int, ...]
     inputs: tuple[tuple[int, int], ...]
-    skeleton: bytes
+    skeleton: tuple[bytes, ...]  # per GROUP bodies
     special: tuple[int, ...]
     newlines: int
     kinds: dict[int, str]  # Evaluation.layer_kinds(): names, ops and sites alone fix it
@@ -50,8 +52,6 @@ class _Span(NamedTuple):
     key: bytes
     bodies: list[bytes]
     headers: list
-    start: int  # bytes: where its first header line starts in the part
-    end: int
 
 
 _templates: OrderedDict[bytes, Template] = OrderedDict()
@@ -86,8 +86,33 @@ def cut(text: bytes) -> list[_Span] | None:
     for a, b in zip(cuts, cuts[1:] + [len(ms)]):
         key = b"\n".join([text[starts[i]:ms[i].end()] for i in range(a, b)])
         bodies = [text[ends[i]:starts[i + 1]] for i in range(a, b)]
-        out.append(_Span(key, bodies, headers[a:b], starts[a], starts[b]))
+        out.append(_Span(key, bodies, headers[a:b]))
     return out
+
+
+def made(part: Part) -> tuple[list[Evaluation] | None, list[_Span | None] | None]:
+    """A part's evaluations made from templates; else, when the part is headers and bodies alone, its spans whose
+    template is not known yet (None for the others), for `template` to learn from as the part is read."""
+    if part.stream is not None or part.size > LARGEST:
+        return None, None
+    spans = cut(part.text())
+    if spans is None:
+        return None, None
+    evs = evaluations(spans, part.first_line, part.final)
+    if evs is not None:
+        return evs, None
+    return None, [None if s.key in _templates else s for s in spans]
+
+
+def _skeleton(bodies: list[bytes]) -> tuple[bytes, ...]:
+    return tuple(_SEP.join(bodies[g:g + GROUP]).translate(None, _VARIES) for g in range(0, len(bodies), GROUP))
+
+
+def _same_layout(bodies: list[bytes], skeleton: tuple[bytes, ...]) -> bool:
+    """The bodies are the template's but for digits, signs and blanks (GROUP at a time, the first that differs
+    ending it)."""
+    return all(_SEP.join(bodies[g:g + GROUP]).translate(None, _VARIES) == sk
+               for g, sk in zip(range(0, len(bodies), GROUP), skeleton))
 
 
 def evaluations(spans: list[_Span], first_line: int, final: bool) -> list[Evaluation] | None:
@@ -96,7 +121,7 @@ def evaluations(spans: list[_Span], first_line: int, final: bool) -> list[Evalua
     tpls = []
     for s in spans:
         t = _templates.get(s.key)
-        if t is None or _SEP.join(s.bodies).translate(None, _VARIES) != t.skeleton:
+        if t is None or not _same_layout(s.bodies, t.skeleton):
             return None
         tpls.append(t)
     out: list[Evaluation] = []
@@ -119,12 +144,11 @@ def evaluations(spans: list[_Span], first_line: int, final: bool) -> list[Evalua
     return out
 
 
-def template(s: _Span, ev: Evaluation, text: bytes) -> Template | None:
-    """The template of an evaluation read the slow way (its nodes still held) from the span `cut` gave it, when
+def template(s: _Span | None, ev: Evaluation) -> Template | None:
+    """The template of an evaluation read the slow way (its nodes still held) from the span `made` gave it, when
     the two agree node for node and nothing in it depends on more than its header lines and layout; else None."""
     nodes = ev.nodes
-    if (len(nodes) != len(s.bodies) or ev.damaged or ev.lost or s.key in _templates
-            or text.find(_SEP, s.start, s.end) >= 0):
+    if s is None or len(nodes) != len(s.bodies) or ev.damaged or ev.lost or any(_SEP in b for b in s.bodies):
         return None
     at = {id(n): i for i, n in enumerate(nodes)}
     seen: dict[tuple, int] = {}
@@ -141,15 +165,15 @@ def template(s: _Span, ev: Evaluation, text: bytes) -> Template | None:
         if n.quantized or n.ne[3] > 1 or body.translate(None, _BUT_DOTS) != _dotted_skeleton(n.ne):
             special.append(i)
         lines.append(line - nodes[0].line)
-        line += 1 + body.count(b"\n")
-    return Template(tuple(s.headers), tuple(lines), tuple(inputs), _SEP.join(s.bodies).translate(None, _VARIES),
-                    tuple(special), text.count(b"\n", s.start, s.end), ev.layer_kinds())
+        line += 1 + body.count(b"\n")  # its header line, then its body
+    return Template(tuple(s.headers), tuple(lines), tuple(inputs), _skeleton(s.bodies), tuple(special),
+                    line - nodes[0].line, ev.layer_kinds())
 
 
-def keep(spans: list[_Span], made: list[Template | None]) -> None:
+def keep(spans: list[_Span | None], learned: list[Template | None]) -> None:
     """Keep the templates of a part read the slow way that held nothing odd (the caller says so)."""
-    for s, t in zip(spans, made):
-        if t is not None:
+    for s, t in zip(spans, learned):
+        if s is not None and t is not None:
             _templates[s.key] = t
     while len(_templates) > KEEP:
         _templates.popitem(last=False)

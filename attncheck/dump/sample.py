@@ -98,15 +98,22 @@ def _row_lines(ne: tuple[int, int, int, int]) -> tuple[int, ...]:
     return tuple(i for i, text in enumerate(_layout(ne)[1]) if len(text) > 2 and text[:1] == b"[")
 
 
+@lru_cache(maxsize=256)
+def _first_rows(ne: tuple[int, int, int, int]) -> np.ndarray:
+    """_row_lines of the first i3 block as [p2, p1], read-only (shared by every node of this ne)."""
+    p1, p2 = len(printed_indices(ne[1])), len(printed_indices(ne[2]))
+    k = np.array(_row_lines(ne)[:p1 * p2], dtype=np.int64).reshape(p2, p1)
+    k.setflags(write=False)
+    return k
+
+
 def row_lines(node: Node) -> np.ndarray:
     """[p2, p1] the 1-based line of each printed row of the first i3 block (one row per printed i2, i1): where a
     failing value of kq, kq_soft_max or kqv sits. Log lines interleaved into the body are skipped, as the parser
     skips them."""
-    n0, n1, n2, n3 = node.ne
-    p1, p2 = len(printed_indices(n1)), len(printed_indices(n2))
-    k = np.array(_row_lines(node.ne)[:p1 * p2], dtype=np.int64).reshape(p2, p1)
+    k = _first_rows(node.ne)
     body = node.body
-    if not body or body.count(b"\n") == (b"\n" + body).count(b"\n "):  # every line printed: no log lines between
+    if not body or body.count(b"\n") == body.count(b"\n ") + body.startswith(b" "):  # no log lines between
         return node.body_line + k
     offsets = [o for o, raw in enumerate(body.split(b"\n")) if raw[:1].isspace() or raw[:1] in (b"[", b"]")]
     return np.array([node.body_line + offsets[i] if i < len(offsets) else -1 for i in k.ravel()]).reshape(k.shape)

@@ -269,12 +269,13 @@ def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | 
         H, H_kv = site.H, V.node.ne[2]
         if H_kv == 0 or H % H_kv:
             raise DumpError(source, V.node.line, f"{H} query heads cannot share {H_kv} KV heads")
+        at = {}  # printed position of each printed KV head (the first, as Sample.position)
+        for g, kv in enumerate(V.index[1].tolist()):
+            at.setdefault(kv, g)
+        where = [at.get(kv, -1) for kv in kv_head(heads, H, H_kv).tolist()]
+        kv_printed = np.array([g >= 0 for g in where], bool)
         V_h = np.zeros((len(heads), len(dims), len(slots)))
-        kv_printed = np.zeros(len(heads), bool)
-        for i, h in enumerate(heads):
-            g = V.position(1, int(kv_head(int(h), H, H_kv)))
-            if g is not None:
-                V_h[i], kv_printed[i] = V.values[0, g], True
+        V_h[kv_printed] = V.values[0, [g for g in where if g >= 0]]
     return SiteView(
         site=site.info(),
         geometry=Geometry(n_past, site.T, site.n_kv, site.kv_cached),

@@ -5,6 +5,7 @@ through the architecture table (table.py). Sinks are a tensor, not a key: they c
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -103,6 +104,7 @@ def _f32(x: float) -> float:
     return float(np.float32(x))
 
 
+@lru_cache(maxsize=1024)
 def inv_sqrt(n: int) -> float:
     """llama.cpp's 1.0f/sqrtf(float(n)): one f32 rounding after sqrtf and one after the division, which is an ulp
     from 1/sqrt(n) rounded once for 958 of the n up to 4096 (96, phi3's head size, among them)."""

@@ -111,3 +111,42 @@ def test_an_edited_repeat_reads_as_read(text, monkeypatch, edits):
         data[at:at + drop] = new
     data = bytes(data)
     assert read(data, True, monkeypatch)[0] == read(data, False, monkeypatch)[0]
+
+
+def test_a_copy_told_apart_by_its_values_is_told_again(monkeypatch):
+    """names.py tells a copy's source apart by printed values where two nodes share its name and ne (the RESHAPE and
+    the ROPE both named Kcur-0): a made evaluation asks its own values again. gemma2-ubatch2's second evaluation is
+    printed once as it is and once with the copy printing the other candidate's values (a hand-made edit: no shipped
+    dump repeats a graph with rope), and the copy must then read that candidate, as reading gives."""
+    # gemma2-ubatch2: Kcur-0 is MUL_MAT {64, 2, 1, 1}, RESHAPE and ROPE {32, 2, 2, 1}; `Kcur-0 (view)` {64, 2, 1, 1}
+    # VIEWs Kcur-0 {32, 2, 2, 1}, which names both the RESHAPE and the ROPE
+    data = (Path(__file__).resolve().parent.parent / "fixtures" / "arch" / "gemma2-ubatch2.txt").read_bytes()
+    st = _starts(data)
+    second = data[st[1]:st[2]]
+    (span,) = repeats.cut(second)
+    keys = [(h[0], h[4]) for h in span.headers]
+    i, found = next((i, [k for k in range(i) if keys[k] == (h[3][0].name, h[3][0].ne)])
+                    for i, h in enumerate(span.headers) if h[2] in ("VIEW", "RESHAPE") and h[3][0] is not None
+                    and sum(keys[k] == (h[3][0].name, h[3][0].ne) for k in range(i)) > 1)
+    other = found[0]  # the view repeats the latest (the ROPE); printed as the first (the RESHAPE), it reads that
+    src = span.headers[i][3][0].name
+    bodies = list(span.bodies)  # the RESHAPE's values, in the view's layout: the MUL_MAT it reshapes, as printed
+    bodies[i] = next(span.bodies[k] for k in range(i) if keys[k] == (src, span.headers[i][4]))
+    third = _rebuilt(second, span, bodies)
+    text = data[:st[2]] + third
+    slow, _ = read(text, False, monkeypatch)
+    fast, made = read(text, True, monkeypatch)
+    assert made == 1
+    assert fast == slow
+    two, three = slow[1][0][0], slow[2][0][0]  # describe() of the second and third evaluations
+    assert two[6][i][10][0] == found[-1] and three[6][i][10][0] == other
+
+
+def _rebuilt(text: bytes, span, bodies: list[bytes]) -> bytes:
+    """An evaluation's text with its bodies replaced: each header line kept, each body as given."""
+    out, pos = [], 0
+    for old, new in zip(span.bodies, bodies):
+        end = text.index(b"\n", pos) + 1  # the header line
+        out += [text[pos:end], new]
+        pos = end + len(old)
+    return b"".join(out)

@@ -72,8 +72,13 @@ class Names:
         if not found:
             return self.by_name.get(src.name)
         if len(found) > 1 and i == 0 and node.op in COPIES:
-            mine = _printed(node)
-            same = [c for c in found if mine is not None and _repeats(mine, _printed(c))]
-            if len(same) == 1:
-                return same[0]
+            return told_apart(node, found)
         return found[-1]
+
+
+def told_apart(node: Node, found: list[Node]) -> Node:
+    """The one of several nodes of the name and ne a copy's source names whose printed values the copy repeats;
+    the latest when not exactly one does."""
+    mine = _printed(node)
+    same = [c for c in found if mine is not None and _repeats(mine, _printed(c))]
+    return same[0] if len(same) == 1 else found[-1]

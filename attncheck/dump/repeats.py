@@ -6,7 +6,7 @@ lines (n_kv is padded, so kq's shape stays), the same print layout, only the num
 header lines are byte for byte those of one read before, and whose bodies are that one's with only digits, signs and
 blanks changed, has that one's nodes, lines, sources and sites; only its numbers are its own. This module keeps such
 a `Template` per header text, learned from a part of the dump read the slow way that held nothing odd (no note, no run
-start, no cut, no error, no source told apart by printed values), and makes a part's evaluations from templates when
+start, no cut, no error), and makes a part's evaluations from templates when
 every one of them has one. Anything else in a part, however small, sends the whole part the slow way, which reads
 it as before: what is read here is exactly what the slow way would read (tests/test_repeats.py).
 """
@@ -18,7 +18,7 @@ from typing import NamedTuple
 from .attention import find_sites
 from .graph import Evaluation
 from .parts import Part
-from .names import COPIES
+from .names import COPIES, told_apart
 from .records import GAP, MAX_HEADER, Node, _HEADER_AT, _ends_whole, _long_line, _parse_header_at
 from .sample import _BUT_DOTS, _dotted_skeleton, fits
 
@@ -44,6 +44,7 @@ class Template(NamedTuple):
     special: tuple[int, ...]
     newlines: int
     kinds: dict[int, str]  # Evaluation.layer_kinds(): names, ops and sites alone fix it
+    told: tuple[tuple[int, tuple[int, ...]], ...]  # copies whose source is told apart by printed values: candidates
 
 
 class _Span(NamedTuple):
@@ -131,6 +132,8 @@ def evaluations(spans: list[_Span], first_line: int, final: bool) -> list[Evalua
         nodes = [Node(*h, line + at, body, line + at + 1) for h, at, body in zip(t.headers, t.lines, s.bodies)]
         for node, (i0, i1) in zip(nodes, t.inputs):
             node.inputs = (None if i0 < 0 else nodes[i0], None if i1 < 0 else nodes[i1])
+        for i, found in t.told:  # as names.py tells them apart, by this print's values
+            nodes[i].inputs = (told_apart(nodes[i], [nodes[c] for c in found]), nodes[i].inputs[1])
         if final and k == len(spans) - 1 and not _ends_whole(nodes[-1].body, nodes[-1].quantized):
             return None  # the dump ends inside its last node: the slow way says so
         if not all(fits(nodes[i]) for i in t.special):
@@ -151,14 +154,15 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
     if s is None or len(nodes) != len(s.bodies) or ev.damaged or ev.lost or any(_SEP in b for b in s.bodies):
         return None
     at = {id(n): i for i, n in enumerate(nodes)}
-    seen: dict[tuple, int] = {}
-    inputs, special, lines, line = [], [], [], nodes[0].line
+    seen: dict[tuple, list[int]] = {}  # names.py's by_key, as indices
+    inputs, special, lines, told, line = [], [], [], [], nodes[0].line
     for i, (n, body, h) in enumerate(zip(nodes, s.bodies, s.headers)):
         if n.body != body or (n.name, n.type, n.op, n.srcs, n.ne) != h or n.cut or n.lost or n.line != line:
             return None
-        if n.op in COPIES and n.srcs[0] is not None and seen.get((n.srcs[0].name, n.srcs[0].ne), 0) > 1:
-            return None  # its source was told apart by printed values (names.py), which differ from print to print
-        seen[(n.name, n.ne)] = seen.get((n.name, n.ne), 0) + 1
+        found = seen.get((n.srcs[0].name, n.srcs[0].ne), []) if n.srcs[0] is not None else []
+        if n.op in COPIES and len(found) > 1:  # told apart by printed values (names.py): again at each print
+            told.append((i, tuple(found)))
+        seen.setdefault((n.name, n.ne), []).append(i)
         if any(x is not None and id(x) not in at for x in n.inputs):
             return None
         inputs.append(tuple(-1 if x is None else at[id(x)] for x in n.inputs))
@@ -167,7 +171,7 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
         lines.append(line - nodes[0].line)
         line += 1 + body.count(b"\n")  # its header line, then its body
     return Template(tuple(s.headers), tuple(lines), tuple(inputs), _skeleton(s.bodies), tuple(special),
-                    line - nodes[0].line, ev.layer_kinds())
+                    line - nodes[0].line, ev.layer_kinds(), tuple(told))
 
 
 def keep(spans: list[_Span | None], learned: list[Template | None]) -> None:

@@ -17,7 +17,8 @@ from typing import BinaryIO, Iterator, NamedTuple
 
 import numpy as np
 
-PART = 2 << 20  # bytes: big enough that a part's work dwarfs sending it to a worker
+PART = 2 << 20  # bytes: big enough that a part's work dwarfs sending it to a worker; a dump of one is read in place
+LATER = 512 << 10  # bytes: the parts after the first, at most; smaller parts let more of them be made from templates
 BLOCK = 8 << 20
 HOLD = 16 << 20  # bytes of a stream held while no evaluation start to cut at comes
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)  # Linux, macOS; elsewhere the map's pages stay until it closes
@@ -98,8 +99,8 @@ def start_of_graph(block: bytes) -> bytes | None:
 
 
 def parts(stream: BinaryIO, size: int | None = None) -> Iterator[Part]:
-    """The dump's parts (about `size` bytes each, PART by default), in order; one part when it cannot be cut (no
-    repeated graph start found)."""
+    """The dump's parts (the first of about `size` bytes, PART by default; the others of at most LATER), in order;
+    one part when it cannot be cut (no repeated graph start found)."""
     path = _regular_file(stream)
     if path is not None:
         yield from _file_parts(stream, path, size or PART)
@@ -133,7 +134,7 @@ def _file_parts(stream: BinaryIO, path: str, size: int) -> Iterator[Part]:
             cut += 1
             yield Part(None, line, False, path, (pos, cut))
             line += int(np.count_nonzero(np.frombuffer(mm, np.uint8, cut - pos, pos) == 10))
-            pos = cut
+            pos, size = cut, min(size, LATER)
             released = _release(mm, released, pos)
         yield Part(None, line, True, path, (pos, total))
 
@@ -168,7 +169,7 @@ def _stream_parts(stream: BinaryIO, size: int) -> Iterator[Part]:
             cut += 1
             yield Part(buf[:cut], line, False)
             line += buf.count(b"\n", 0, cut)
-            buf, floor = buf[cut:], 0
+            buf, floor, size = buf[cut:], 0, min(size, LATER)
         if not block:
             yield Part(buf, line, True)
             return

@@ -43,7 +43,7 @@ class Template(NamedTuple):
     skeleton: tuple[bytes, ...]  # per GROUP bodies
     special: tuple[int, ...]
     newlines: int
-    kinds: dict[int, str]  # Evaluation.layer_kinds(): names, ops and sites alone fix it
+    kinds: dict[int, str]  # Evaluation.layer_kinds(): names, ops and sites fix it (with no copy told apart)
     told: tuple[tuple[int, tuple[int, ...]], ...]  # copies whose source is told apart by printed values: candidates
 
 
@@ -138,7 +138,8 @@ def evaluations(spans: list[_Span], first_line: int, final: bool) -> list[Evalua
             return None  # the dump ends inside its last node: the slow way says so
         if not all(fits(nodes[i]) for i in t.special):
             return None
-        ev = Evaluation(k, 0, k, n_past, None, 0, nodes, kinds=t.kinds)
+        # a copy told apart anew may lie on a chain find_sites walks: then the kinds are found again too
+        ev = Evaluation(k, 0, k, n_past, None, 0, nodes, kinds=None if t.told else t.kinds)
         ev.sites, ev.flash, ev.other_softmax = find_sites(nodes)
         T = ev.T
         n_past = None if T is None or n_past is None else n_past + T

@@ -24,7 +24,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpt2-deep-48l.txt.xz
 
 @pytest.fixture(scope="module")
 def text() -> bytes:
-    """The benchmark dump's first four evaluations (its start-up log, then three of one template), whole."""
+    """The benchmark dump's start-up log and first three evaluations (of one template), whole."""
     with lzma.open(BENCH) as f:
         data = f.read(12 << 20)
     return data[:_starts(data)[3]]
@@ -52,6 +52,7 @@ def read(data: bytes, fast: bool, monkeypatch) -> tuple[list, int]:
     """Every part's result (each evaluation its own part), and how many parts were made from templates."""
     repeats._templates.clear()
     made = [0]
+
     def counted(*a):
         out = MADE(*a) if fast else None
         made[0] += out is not None

@@ -12,7 +12,7 @@ from typing import BinaryIO, Iterable, Iterator
 from ..errors import DumpError
 from .attention import RECURRENT_OPS, Site, find_sites, layer_of
 from .names import Names
-from .records import Node, Note, RunStart, scan
+from .records import Node, Note, RunStart, Src, scan
 from .sample import CUT_ADVICE, fits
 
 # An evaluation's nodes are held until it ends (its graph is resolved then). llama.cpp's graph holds at most
@@ -20,6 +20,12 @@ from .sample import CUT_ADVICE, fits
 # 64·n_tensors) for the largest (src/llama-context.cpp, graph_max_nodes): 2^19 is 65,536 tensors, or a ubatch of 3,276
 # tokens of the largest. Each node held costs about 1.3 KB, so an evaluation costs at most ~700 MB.
 MAX_NODES = 1 << 19
+
+
+def graph_start(name: str, op: str, src0: Src | None) -> tuple:
+    """What the graph starting again is known by: its first node's name, op and first source's name (the source's ne,
+    such as the token count, may change from ubatch to ubatch)."""
+    return name, op, src0.name if src0 is not None else None
 
 
 @dataclass(eq=False)
@@ -182,7 +188,7 @@ class Dump:
                 continue
             node: Node = rec
             s0, s1 = node.srcs
-            key = (node.name, node.op, s0.name if s0 else None)
+            key = graph_start(node.name, node.op, s0)
             again = key == first_key or node.name == lead  # the graph starts again (its first header, or the one lost)
             if current is not None and (again or split):
                 yield finish(current)

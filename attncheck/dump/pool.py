@@ -8,6 +8,7 @@ on), unless that part ended in a new run's start-up log.
 from __future__ import annotations
 
 import gc
+import io
 import itertools
 import multiprocessing
 import os
@@ -43,21 +44,14 @@ def gather_part(part: Part, source: str, layers: frozenset[int] | None, take: Ta
     EvalData for the checks; `list` takes its rows (dump/listing.py's Listed). Either has Replay's interface: index,
     run, n_past, T, runs_before, tokens, and `placed` (Listed). A part whose every evaluation repeats one read before
     is made from those (dump/repeats.py); else it is read node by node, and what it repeats is learned."""
-    made, spans = repeats.made(part)
+    made, spans = repeats.made(part)  # spans: when read node by node, what the part's evaluations may be learned from
+    # a made part is not read again: its Dump reads nothing, and keeps no runs, notes or cut
+    d = Dump(part.reader() if made is None else io.BytesIO(), source, part.first_line, part.final)
     out: list = []
     error = None
-    if made is not None:
-        try:
-            for ev in made:
-                out.append(take(ev, source, layers))
-                ev.nodes.clear()
-        except DumpError as e:
-            error = e
-        return PartResult(out, [], [], None, error, part.size)
-    d = Dump(part.reader(), source, part.first_line, part.final)
     learned: list = []
     try:
-        for ev in d.evaluations():
+        for ev in made if made is not None else d.evaluations():
             if spans is not None and not d.notes and not d.runs and len(learned) < len(spans):
                 learned.append(repeats.template(spans[len(learned)], ev))
             out.append(take(ev, source, layers))

@@ -6,21 +6,21 @@ lines (n_kv is padded, so kq's shape stays), the same print layout, only the num
 header lines are byte for byte those of one read before, and whose bodies are that one's with only digits, signs and
 blanks changed, has that one's nodes, lines, sources and sites; only its numbers are its own. This module keeps such
 a `Template` per header text, learned from a part of the dump read the slow way that held nothing odd (no note, no run
-start, no cut, no error), and makes a part's evaluations from templates when
-every one of them has one. Anything else in a part, however small, sends the whole part the slow way, which reads
-it as before: what is read here is exactly what the slow way would read (tests/test_repeats.py).
+start, no cut, no error), and makes a part's evaluations from templates when every one of them has one. Anything else
+in a part, however small, sends the whole part the slow way, which reads it as before: what is read here is exactly
+what the slow way would read (tests/test_repeats.py).
 """
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from .attention import find_sites
-from .graph import Evaluation
+from .graph import Evaluation, graph_start
 from .parts import Part
 from .names import COPIES, told_apart
 from .records import GAP, MAX_HEADER, Node, _HEADER_AT, _ends_whole, _long_line, _parse_header_at
-from .sample import _BUT_DOTS, _dotted_skeleton, fits
+from .sample import fits, prints_plainly
 
 # deleted from bodies before they are compared: what differs between two prints of one layout (digits, signs,
 # blanks); '.', letters (nan, inf, log lines), brackets and newlines are kept, so lines and layout must agree
@@ -77,10 +77,8 @@ def cut(text: bytes) -> list[_Span] | None:
         if parsed is None:
             return None
         headers.append(parsed)
-    name, _, op, (s0, _), _ = headers[0]
-    first = (name, op, s0.name if s0 is not None else None)
-    cuts = [i for i, (n, _, o, (s, _), _) in enumerate(headers) if n == name and o == op
-            and (s.name if s is not None else None) == first[2]]
+    first = graph_start(headers[0][0], headers[0][2], headers[0][3][0])
+    cuts = [i for i, (name, _, op, (s0, _), _) in enumerate(headers) if graph_start(name, op, s0) == first]
     ends = [m.end() + 1 for m in ms]  # a body starts after its header's newline
     starts.append(len(text))
     out = []
@@ -105,15 +103,9 @@ def made(part: Part) -> tuple[list[Evaluation] | None, list[_Span | None] | None
     return None, [None if s.key in _templates else s for s in spans]
 
 
-def _skeleton(bodies: list[bytes]) -> tuple[bytes, ...]:
-    return tuple(_SEP.join(bodies[g:g + GROUP]).translate(None, _VARIES) for g in range(0, len(bodies), GROUP))
-
-
-def _same_layout(bodies: list[bytes], skeleton: tuple[bytes, ...]) -> bool:
-    """The bodies are the template's but for digits, signs and blanks (GROUP at a time, the first that differs
-    ending it)."""
-    return all(_SEP.join(bodies[g:g + GROUP]).translate(None, _VARIES) == sk
-               for g, sk in zip(range(0, len(bodies), GROUP), skeleton))
+def _skeleton(bodies: list[bytes]) -> Iterator[bytes]:
+    """The bodies without digits, signs and blanks, GROUP of them at a time (made as they are asked for)."""
+    return (_SEP.join(bodies[g:g + GROUP]).translate(None, _VARIES) for g in range(0, len(bodies), GROUP))
 
 
 def evaluations(spans: list[_Span], first_line: int, final: bool) -> list[Evaluation] | None:
@@ -122,7 +114,7 @@ def evaluations(spans: list[_Span], first_line: int, final: bool) -> list[Evalua
     tpls = []
     for s in spans:
         t = _templates.get(s.key)
-        if t is None or not _same_layout(s.bodies, t.skeleton):
+        if t is None or not all(a == b for a, b in zip(_skeleton(s.bodies), t.skeleton)):  # stops at the first
             return None
         tpls.append(t)
     out: list[Evaluation] = []
@@ -167,11 +159,11 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
         if any(x is not None and id(x) not in at for x in n.inputs):
             return None
         inputs.append(tuple(-1 if x is None else at[id(x)] for x in n.inputs))
-        if n.quantized or n.ne[3] > 1 or body.translate(None, _BUT_DOTS) != _dotted_skeleton(n.ne):
+        if n.quantized or n.ne[3] > 1 or not prints_plainly(n):
             special.append(i)
         lines.append(line - nodes[0].line)
         line += 1 + body.count(b"\n")  # its header line, then its body
-    return Template(tuple(s.headers), tuple(lines), tuple(inputs), _skeleton(s.bodies), tuple(special),
+    return Template(tuple(s.headers), tuple(lines), tuple(inputs), tuple(_skeleton(s.bodies)), tuple(special),
                     line - nodes[0].line, ev.layer_kinds(), tuple(told))
 
 

@@ -107,13 +107,18 @@ def _first_rows(ne: tuple[int, int, int, int]) -> np.ndarray:
     return k
 
 
+def every_line_printed(body: bytes) -> bool:
+    """Each line after the first starts with a blank, as llama.cpp prints: no log line came between."""
+    return body.count(b"\n") == body.count(b"\n ") + body.startswith(b" ")
+
+
 def row_lines(node: Node) -> np.ndarray:
     """[p2, p1] the 1-based line of each printed row of the first i3 block (one row per printed i2, i1): where a
     failing value of kq, kq_soft_max or kqv sits. Log lines interleaved into the body are skipped, as the parser
     skips them."""
     k = _first_rows(node.ne)
     body = node.body
-    if not body or body.count(b"\n") == body.count(b"\n ") + body.startswith(b" "):  # no log lines between
+    if not body or every_line_printed(body):
         return node.body_line + k
     offsets = [o for o, raw in enumerate(body.split(b"\n")) if raw[:1].isspace() or raw[:1] in (b"[", b"]")]
     return np.array([node.body_line + offsets[i] if i < len(offsets) else -1 for i in k.ravel()]).reshape(k.shape)
@@ -129,7 +134,7 @@ def row_line(node: Node, i3: int, i2: int, i1: int) -> int | None:
         return None
     k = _row_lines(node.ne)[(i3 * len(p2) + int(at2[0])) * len(p1) + int(at1[0])]
     body = node.body
-    if not body or body.count(b"\n") == (b"\n" + body).count(b"\n "):  # every line printed: no log lines between
+    if not body or every_line_printed(body):
         return node.body_line + k
     printed = -1
     for offset, raw in enumerate(body.split(b"\n")):
@@ -142,7 +147,7 @@ def row_line(node: Node, i3: int, i2: int, i1: int) -> int | None:
 
 def _clean(body: bytes) -> bytes:
     """The body without the log lines that stdout/stderr interleaving put between its lines."""
-    if body.count(b"\n") == (b"\n" + body).count(b"\n ") and body.endswith(b"\n"):
+    if every_line_printed(body) and body.endswith(b"\n"):
         return body  # every line is indented: nothing foreign (the common case, decided without a regex)
     return _FOREIGN_LINE.sub(b"", body)
 
@@ -294,6 +299,11 @@ def _dotted_skeleton(ne: tuple[int, int, int, int]) -> bytes:
     return _layout(ne, b".")[0]
 
 
+def prints_plainly(node: Node) -> bool:
+    """fits' common case: the body is a clean print of finite numbers, decided by one translate and one compare."""
+    return node.body.translate(None, _BUT_DOTS) == _dotted_skeleton(node.ne)
+
+
 def fits(node: Node) -> bool:
     """The body has the shape llama.cpp prints for this ne, without parsing a number: the skeleton, and one '.',
     'nan' or 'inf' per number. For the nodes no check parses, so that damage to them is noticed all the same."""
@@ -302,7 +312,7 @@ def fits(node: Node) -> bool:
     n3 = node.ne[3]
     if n3 > 1 and n3 > node.body.count(b"sum"):  # before any layout: a header may promise 10^18 blocks
         return False
-    if node.body.translate(None, _BUT_DOTS) == _dotted_skeleton(node.ne):  # the common case: clean and finite
+    if prints_plainly(node):
         return True
     body = _skeleton_fits(node)
     if body is None:

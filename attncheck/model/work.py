@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..dump.records import Node
-from ..dump.sample import Sample
+from ..dump.sample import Sample, every_line_printed
 from .mapping import Layer, Mapped
 
 LOST = "its header line was damaged (interleaved output?): its values were not read"
@@ -19,7 +19,7 @@ def light(node: Node) -> Node:
     """The node without its graph links, and without its printed text when every line of it is printed (row_line
     then counts lines from the shape alone)."""
     body = node.body
-    clean = not body or body.count(b"\n") == (b"\n" + body).count(b"\n ")
+    clean = not body or every_line_printed(body)
     return Node(node.name, node.type, node.op, node.srcs, node.ne, node.line, b"" if clean else body, node.body_line,
                 node.cut)
 

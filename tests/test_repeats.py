@@ -75,6 +75,30 @@ def test_templates_make_what_reading_gives(text, monkeypatch):
     assert [len(p[0]) for p in fast] == [1, 1, 1]
 
 
+def test_foreseen_cuts_as_cut(text, monkeypatch):
+    """Once a template is known, `foreseen` cuts a repeat of it (split at header prefixes, not searched) into the
+    spans `cut` gives, field for field; a part it cannot vouch for (a log line first) it leaves to `cut`."""
+    read(text, True, monkeypatch)  # learns the template
+    third = text[_starts(text)[-1]:]
+    assert repeats.foreseen(third) == repeats.cut(third)
+    assert repeats.foreseen(b"I a log line\n" + third) is None
+
+
+def test_a_header_line_run_on_reads_as_read(text, monkeypatch):
+    """A digit added at the end of a header line and a blank taken from its body: the header prefixes and the text's
+    length stay where the template has them, but the line is no longer the template's header (and no header at all
+    to records.py): the part must read as reading it gives."""
+    first = _starts(text)[-1]
+    at = text.index(b"\ncommon_debug_cb_eval:", (first + len(text)) // 2) + 1
+    eol = text.index(b"\n", at)
+    blank = text.index(b" ", eol)
+    data = text[:eol] + b"5" + text[eol:blank] + text[blank + 1:]
+    assert len(data) == len(text)
+    slow, _ = read(data, False, monkeypatch)
+    fast, made = read(data, True, monkeypatch)
+    assert fast == slow and made == 0
+
+
 def test_second_run_is_read(text, monkeypatch):
     """The same run twice (`cat a b`): the part with the second run's start-up log is read, the rest made."""
     data = text + text

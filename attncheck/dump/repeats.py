@@ -3,17 +3,18 @@ graph.py.
 
 With `-ub N`, and token by token after the prompt, llama.cpp prints the same graph again and again: the same header
 lines (n_kv is padded, so kq's shape stays), the same print layout, only the numbers differ. An evaluation whose
-header lines are byte for byte those of one read before, and whose bodies are that one's with only digits, signs and
+header lines are byte for byte those of one read before, and whose text is that one's with only digits, signs and
 blanks changed, has that one's nodes, lines, sources and sites; only its numbers are its own. This module keeps such
 a `Template` per header text, learned from a part of the dump read the slow way that held nothing odd (no note, no run
-start, no cut, no error), and makes a part's evaluations from templates when every one of them has one. Anything else
-in a part, however small, sends the whole part the slow way, which reads it as before: what is read here is exactly
-what the slow way would read (tests/test_repeats.py).
+start, no cut, no error), and makes a part's evaluations from templates when every one of them has one. The part is
+cut where the templates' header lines are (`foreseen`: one split at their prefix), else by searching it for headers
+as the slow way does (`cut`). Anything else in a part, however small, sends the whole part the slow way, which reads
+it as before: what is read here is exactly what the slow way would read (tests/test_repeats.py).
 """
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 from .attention import find_sites
 from .graph import Evaluation, graph_start
@@ -22,34 +23,38 @@ from .names import COPIES, told_apart
 from .records import GAP, MAX_HEADER, Node, _HEADER_AT, _ends_whole, _long_line, _parse_header_at
 from .sample import fits, prints_plainly
 
-# deleted from bodies before they are compared: what differs between two prints of one layout (digits, signs,
-# blanks); '.', letters (nan, inf, log lines), brackets and newlines are kept, so lines and layout must agree
+# deleted from an evaluation's text before it is compared: what differs between two prints of one layout (digits,
+# signs, blanks); '.', letters (nan, inf, log lines), brackets and newlines are kept, so lines and layout must agree
 _VARIES = b"0123456789- \t\r"
-_SEP = b"\x01"  # between bodies: the compare then holds body by body (one more \x01 in a body changes the count)
-GROUP = 64  # bodies compared at a time: what is translated for a compare stays small
+_PREFIX = b"_debug"  # in every header's prefix (records.py's _HEADER_AT): once per header line of a template's text
 KEEP = 16  # templates a process keeps (the most recently used); each holds about a quarter of its evaluation's text
 LARGEST = 16 << 20  # bytes: a larger part is read in chunks the slow way, never held whole
 
 
 class Template(NamedTuple):
     """What an evaluation's header lines and layout fix: per node its parsed header, its line after the evaluation's
-    first and its sources (indices into the evaluation's nodes, -1 for none); the bodies' skeleton; the nodes whose
+    first and its sources (indices into the evaluation's nodes, -1 for none); the text's skeleton; the nodes whose
     print the skeleton does not vouch for (quantized, ne3 > 1, non-finite: `fits` reads those); the newlines of
     the whole evaluation's text; its layers' kinds of attention."""
 
     headers: tuple  # (name, type, op, srcs, ne) per node
     lines: tuple[int, ...]
     inputs: tuple[tuple[int, int], ...]
-    skeleton: tuple[bytes, ...]  # per GROUP bodies
+    skeleton: bytes  # the evaluation's text without digits, signs and blanks
     special: tuple[int, ...]
     newlines: int
     kinds: dict[int, str]  # Evaluation.layer_kinds(): names, ops and sites fix it (with no copy told apart)
     told: tuple[tuple[int, tuple[int, ...]], ...]  # copies whose source is told apart by printed values: candidates
+    key: bytes  # its header lines joined (what it is kept under)
+    start: tuple  # graph.graph_start of its first node: where `cut` would cut before it
+    prefix: bytes  # what every header line starts with, up to its ':' (b"" when they differ: `foreseen` cannot cut)
+    rests: tuple[int, ...]  # bytes of each header line after the prefix, its newline included
 
 
 class _Span(NamedTuple):
-    """One evaluation's text within a part: its header lines joined (the key), bodies, parsed headers."""
+    """One evaluation's text within a part, its header lines joined (the key), its bodies and parsed headers."""
 
+    text: bytes
     key: bytes
     bodies: list[bytes]
     headers: list
@@ -85,7 +90,42 @@ def cut(text: bytes) -> list[_Span] | None:
     for a, b in zip(cuts, cuts[1:] + [len(ms)]):
         key = b"\n".join([text[starts[i]:ms[i].end()] for i in range(a, b)])
         bodies = [text[ends[i]:starts[i + 1]] for i in range(a, b)]
-        out.append(_Span(key, bodies, headers[a:b]))
+        out.append(_Span(text[starts[a]:starts[b]], key, bodies, headers[a:b]))
+    return out
+
+
+def foreseen(text: bytes) -> list[_Span] | None:
+    """The part's evaluations, cut without searching the text for headers: split where the templates' header prefix
+    (`common_debug_cb_eval:`) is, each piece a header line's rest, its newline and its body. Every prefix but the
+    one at the part's first byte must start a line; a span's header lines must be a template's (the key), and its
+    evaluations all start with one graph_start, as `cut` would cut them. `evaluations` then asks of these spans what
+    it asks of `cut`'s, and then `cut` would have cut the same spans. None when a piece is not where a template's
+    header line would be (`cut` then searches)."""
+    if not _templates or len(text) > GAP or _long_line(text, len(text)) is not None:
+        return None
+    prefix = next(reversed(_templates.values())).prefix
+    if not prefix:
+        return None
+    pieces = text.split(prefix)
+    if pieces[0] or text.count(b"\n" + prefix) != len(pieces) - 2:
+        return None
+    out: list[_Span] = []
+    k, at, start = 1, 0, None
+    while k < len(pieces):
+        for t in reversed(_templates.values()):  # the most recently used first
+            n = len(t.rests)
+            if t.prefix == prefix and start in (None, t.start) and k + n <= len(pieces) \
+                    and pieces[k].startswith(t.key[len(prefix):len(prefix) + t.rests[0]]):
+                heads = [p[:r] for p, r in zip(pieces[k:k + n], t.rests)]
+                joined = prefix.join(heads)
+                if joined[-1:] == b"\n" and joined[:-1] == t.key[len(prefix):]:
+                    break
+        else:
+            return None
+        size = sum(map(len, pieces[k:k + n])) + n * len(prefix)
+        bodies = [p[r:] for p, r in zip(pieces[k:k + n], t.rests)]
+        out.append(_Span(text[at:at + size], t.key, bodies, list(t.headers)))
+        k, at, start = k + n, at + size, t.start
     return out
 
 
@@ -94,7 +134,12 @@ def made(part: Part) -> tuple[list[Evaluation] | None, list[_Span | None] | None
     template is not known yet (None for the others), for `template` to learn from as the part is read."""
     if part.stream is not None or part.size > LARGEST:
         return None, None
-    spans = cut(part.text())
+    text = part.text()
+    spans = foreseen(text)
+    evs = evaluations(spans, part.first_line, part.final) if spans is not None else None
+    if evs is not None:
+        return evs, None
+    spans = cut(text)
     if spans is None:
         return None, None
     evs = evaluations(spans, part.first_line, part.final)
@@ -103,18 +148,16 @@ def made(part: Part) -> tuple[list[Evaluation] | None, list[_Span | None] | None
     return None, [None if s.key in _templates else s for s in spans]
 
 
-def _skeleton(bodies: list[bytes]) -> Iterator[bytes]:
-    """The bodies without digits, signs and blanks, GROUP of them at a time (made as they are asked for)."""
-    return (_SEP.join(bodies[g:g + GROUP]).translate(None, _VARIES) for g in range(0, len(bodies), GROUP))
-
-
 def evaluations(spans: list[_Span], first_line: int, final: bool) -> list[Evaluation] | None:
-    """A part's evaluations (cut by `cut`; the part starts on first_line; final: it ends the dump) made from their
-    templates, as a Dump of the part would read them; None when any has none, or differs from it but in numbers."""
+    """A part's evaluations (cut by `cut` or `foreseen`; the part starts on first_line; final: it ends the dump) made
+    from their templates, as a Dump of the part would read them; None when any has none, or differs from it but in
+    numbers. One compare of the whole text's skeleton vouches for each body: the header lines are the template's, and
+    `_PREFIX` is in each of them once and in no body of the template, so where the skeletons are equal each header's
+    `_PREFIX` falls at the same place in both, and so does each body's skeleton."""
     tpls = []
     for s in spans:
         t = _templates.get(s.key)
-        if t is None or not all(a == b for a, b in zip(_skeleton(s.bodies), t.skeleton)):  # stops at the first
+        if t is None or s.text.translate(None, _VARIES) != t.skeleton:
             return None
         tpls.append(t)
     out: list[Evaluation] = []
@@ -144,7 +187,7 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
     """The template of an evaluation read the slow way (its nodes still held) from the span `made` gave it, when
     the two agree node for node and nothing in it depends on more than its header lines and layout; else None."""
     nodes = ev.nodes
-    if s is None or len(nodes) != len(s.bodies) or ev.damaged or ev.lost or any(_SEP in b for b in s.bodies):
+    if s is None or len(nodes) != len(s.bodies) or ev.damaged or ev.lost:
         return None
     at = {id(n): i for i, n in enumerate(nodes)}
     seen: dict[tuple, list[int]] = {}  # names.py's by_key, as indices
@@ -163,8 +206,16 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
             special.append(i)
         lines.append(line - nodes[0].line)
         line += 1 + body.count(b"\n")  # its header line, then its body
-    return Template(tuple(s.headers), tuple(lines), tuple(inputs), tuple(_skeleton(s.bodies)), tuple(special),
-                    line - nodes[0].line, ev.layer_kinds(), tuple(told))
+    skeleton = s.text.translate(None, _VARIES)
+    if skeleton.count(_PREFIX) != len(nodes):  # one in each header line and none in a body: see `evaluations`
+        return None
+    h, heads = s.headers[0], s.key.split(b"\n")
+    prefix = heads[0][:heads[0].index(b":") + 1]
+    if not all(line.startswith(prefix) and line.count(prefix) == 1 for line in heads):
+        prefix = b""
+    return Template(tuple(s.headers), tuple(lines), tuple(inputs), skeleton, tuple(special), line - nodes[0].line,
+                    ev.layer_kinds(), tuple(told), s.key, graph_start(h[0], h[2], h[3][0]), prefix,
+                    tuple(len(line) - len(prefix) + 1 for line in heads))
 
 
 def keep(spans: list[_Span | None], learned: list[Template | None]) -> None:

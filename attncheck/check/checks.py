@@ -156,6 +156,26 @@ def finite(view: SiteView) -> list[CheckResult]:
     return out
 
 
+def finite_stack(st: Stack) -> list[list[CheckResult]]:
+    """finite() of each site of a stack, decided for all of them by one sum per printed array (a site whose sum is
+    not finite, or overflows, is looked at alone)."""
+    arrays = [(a, a.reshape(len(a), -1).sum(axis=1)) if a is not None else (None, None)
+              for a in (st.S, st.P, st.O, st.V)]
+    ok = np.logical_and.reduce([np.isfinite(sums) for _, sums in arrays if sums is not None])
+    out = []
+    for i, view in enumerate(st.views):
+        if not ok[i]:
+            out.append(finite(view))
+            continue
+        res = []
+        for (arr, _), node in zip(arrays, (view.site.scores, view.site.softmax, view.site.kqv, view.site.v)):
+            if arr is not None and node is not None:
+                n = arr[i].size if arr is not st.V else int(view.kv_printed.sum()) * arr.shape[2] * arr.shape[3]
+                res.append(CheckResult("finite", node.name, node.line, checked=n))
+        out.append(res)
+    return out
+
+
 def _all_finite(arr: np.ndarray) -> bool:
     """Every value is finite, decided by one sum in the common case (a NaN or inf makes the sum NaN or inf; only a
     sum that overflows needs the element-wise test)."""

@@ -224,11 +224,12 @@ class DumpChecker:
                            per_head=self.per_head),
             checks.results("pv", O_nodes, st, checks.pv(st), "dim", tol, rows="O_rows", per_head=self.per_head))))
         rows_whole = st.rows_whole.sum(axis=1) * len(st.heads)
+        finite = checks.finite_stack(st)
         out = []
         failed: list[tuple[int, Under]] = []
         for i, (p, view) in enumerate(zip(pending, st.views)):
             site = p.site
-            results = checks.finite(view)
+            results = finite[i]
             if why[i]:
                 results += [CheckResult(c, site.softmax.name, site.softmax.line, unchecked=view.P.size,
                                         why_unchecked=why[i]) for c in ("masked", "softmax", "softmax_ratio", "pv")]

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import DumpError
 from .records import Node
+from .words import words_as_floats
 
 EDGE = 3  # llama.cpp prints the first and last EDGE indices of a long dimension
 CUT_ADVICE = "llama.cpp's logger can lose the tail of its output at exit: run it again"
@@ -206,7 +207,7 @@ def parse_samples(nodes: list[Node]) -> list[Sample | None]:
     out: list[Sample | None] = [None] * len(nodes)
     if not todo:
         return out
-    values, words, good = _words_as_floats(bodies)
+    values, words, good = words_as_floats(bodies)
     w = 0
     for (i, want, per_block), n_words in zip(todo, words):
         if n_words == want and good[w + n_words] - good[w] == n_words:
@@ -231,61 +232,6 @@ def _printed(ne: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     for a in out:
         a.setflags(write=False)
     return out  # type: ignore[return-value]
-
-
-# per byte: 0 what splits words (whitespace as bytes.split takes it, and the brackets, commas and '=' that
-# parse_sample turns into spaces), 1 a digit, 2 '.', 3 '-', 4 any other byte
-_CLASSES = bytes(0 if c in b" \t\n\r\x0b\x0c[],=" else 1 if c in b"0123456789" else 2 if c == ord(".")
-                 else 3 if c == ord("-") else 4 for c in range(256))
-_VALUE = bytes(c - ord("0") if c in b"0123456789" else 0 for c in range(256))  # a digit's value, 0 for the rest
-# a word's code: the sum over its bytes counts its '.' (units), '-' (64s) and other bytes (4096s), digits nothing;
-# unambiguous for words of at most _LONGEST bytes
-_CODE = np.array([0, 0, 1, 64, 4096], np.int64)
-_LONGEST = 48  # bytes: 47 for the longest %f print (39 digits, '.', 6 decimals, '-')
-_POW10 = np.array([float(10 ** k) for k in range(64)])  # exact up to 10^22, correctly rounded past it
-_EXACT_DIGITS = 15  # a mantissa of at most 15 digits is an exact double, and so is its sum of digit * 10^k
-
-
-def _words_as_floats(bodies: list[bytes]) -> tuple[np.ndarray, list[int], np.ndarray]:
-    """The words of each body, as parse_sample splits it, as floats (one array for all), the number of words of
-    each body, and the running count of the words that are `%12.4f` or `%f` prints of a finite number (-?D.DDDD, 1
-    to 39 digits before the point, 4 or 6 after: the words _PRINTED_VALUES accepts, but nan and inf) of at most 15
-    digits: for those, float(word) is the exact quotient of two exact doubles, mantissa / 10^decimals, which IEEE
-    division rounds as float() does. The words parse_sample removes, `...` and `sum`, are left out when they stand
-    alone; within another word they make it one this pass does not accept."""
-    joined = b" ".join(bodies) + b" "
-    cls = np.frombuffer(joined.translate(_CLASSES), np.int8)
-    split = np.concatenate(([True], cls == 0))
-    starts = np.flatnonzero(split[:-1] & ~split[1:])  # in `joined`; every word ends before its last byte
-    length = np.flatnonzero(~split[:-1] & split[1:]) - starts
-    inside = ~split[1:]
-    c = cls[inside]  # the words' classes and digits, run together
-    first = np.cumsum(length) - length  # each word's first byte among them
-    code = np.add.reduceat(_CODE[c], first) if len(c) else np.zeros(0, np.int64)
-    dots, minus = code % 64, code // 64 % 64
-    raw = np.frombuffer(joined, np.uint8)
-    dropped = (length == 3) & ((code == 3) | ((raw[starts] == ord("s")) & (raw[np.minimum(starts + 1, len(raw) - 1)]
-                                                                            == ord("u"))
-                                               & (raw[np.minimum(starts + 2, len(raw) - 1)] == ord("m"))))
-    dot = np.flatnonzero(c == 2)
-    # where a word's '.' is (with one '.': the one after the dots of the words before it; else any place)
-    dot_at = dot[np.minimum(np.cumsum(dots) - dots, len(dot) - 1)] if len(dot) else first
-    last = first + length - 1
-    decimals = last - dot_at
-    good = ((code < 4096) & (dots == 1) & (minus == (c[first] == 3)) & (length <= _LONGEST)
-            & (dot_at - first - minus >= 1) & ((decimals == 4) | (decimals == 6))
-            & (length - 1 - minus <= _EXACT_DIGITS))
-    # each digit's power of ten in its word's mantissa: the digits after it, the '.' not counted
-    at = np.arange(len(c))
-    power = np.repeat(last, length) - at - (at < np.repeat(dot_at, length))
-    digit = np.frombuffer(joined.translate(_VALUE), np.uint8)[inside]
-    mantissa = np.add.reduceat(digit * _POW10[np.clip(power, 0, len(_POW10) - 1)], first) if len(c) else code * 0.0
-    values = mantissa / _POW10[np.clip(decimals, 0, len(_POW10) - 1)]
-    np.negative(values, out=values, where=minus > 0)
-    keep = ~dropped
-    bounds = np.cumsum([0] + [len(b) + 1 for b in bodies])  # each body's first byte in `joined`
-    words = np.diff(np.searchsorted(starts[keep], bounds)).tolist()
-    return values[keep], words, np.concatenate(([0], np.cumsum(good[keep])))
 
 
 @lru_cache(maxsize=1024)

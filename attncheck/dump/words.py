@@ -1,0 +1,96 @@
+"""The printed numbers of many node bodies as floats, in one pass of numpy over their text (sample.py's
+parse_samples): which words are prints it can vouch for, and their values, bit for bit what float() gives."""
+from __future__ import annotations
+
+import numpy as np
+
+# per byte: 0 what splits words (whitespace as bytes.split takes it, and the brackets, commas and '=' that
+# parse_sample turns into spaces), 1 a digit, 2 '.', 3 '-', 4 any other byte
+_CLASSES = bytes(0 if c in b" \t\n\r\x0b\x0c[],=" else 1 if c in b"0123456789" else 2 if c == ord(".")
+                 else 3 if c == ord("-") else 4 for c in range(256))
+_VALUE = bytes(c - ord("0") if c in b"0123456789" else 0 for c in range(256))  # a digit's value, 0 for the rest
+# a word's code: the sum over its bytes counts its '.' (units), '-' (64s) and other bytes (4096s), digits nothing;
+# unambiguous for words of at most _LONGEST bytes
+_CODE = np.array([0, 0, 1, 64, 4096], np.int64)
+_LONGEST = 48  # bytes: 47 for the longest %f print (39 digits, '.', 6 decimals, '-')
+_POW10 = np.array([float(10 ** k) for k in range(64)])  # exact up to 10^22, correctly rounded past it
+_EXACT_DIGITS = 15  # a mantissa of at most 15 digits is an exact double, and so is its sum of digit * 10^k
+
+
+def words_as_floats(bodies: list[bytes]) -> tuple[np.ndarray, list[int], np.ndarray]:
+    """The words of each body, as parse_sample splits it, as floats (one array for all), the number of words of
+    each body, and the running count of the words that are `%12.4f` or `%f` prints of a finite number (-?D.DDDD, 1
+    to 39 digits before the point, 4 or 6 after: what sample.py's _PRINTED_VALUES accepts, but nan and inf) of at
+    most 15 digits: for those, float(word) is the exact quotient of two exact doubles, mantissa / 10^decimals, which
+    IEEE division rounds as float() does. The words parse_sample removes, `...` and `sum`, are left out when they
+    stand alone; within another word they make it one this pass does not accept. Most words are `%12.4f` prints of
+    less than 1000 in magnitude, read by their bytes' places from the word's end (_short); the rest byte by byte."""
+    joined = b" " * _SHORT + b" ".join(bodies) + b" "  # blanks before: a short word's places are all in the text
+    cls = np.frombuffer(joined.translate(_CLASSES), np.int8)
+    split = np.concatenate(([True], cls == 0))
+    starts = np.flatnonzero(split[:-1] & ~split[1:])  # in `joined`; every word ends before its last byte
+    length = np.flatnonzero(~split[:-1] & split[1:]) - starts
+    raw = np.frombuffer(joined, np.uint8)
+    values = np.zeros(len(starts))
+    good = np.zeros(len(starts), bool)
+    short = np.flatnonzero((length >= 6) & (length <= _SHORT))
+    values[short], good[short] = _short(raw, starts[short] + length[short] - 1, length[short])
+    three = np.flatnonzero(length == 3)
+    a, b, c = (raw[starts[three] + k] for k in range(3))
+    dropped = np.zeros(len(starts), bool)
+    dropped[three] = ((a == ord(".")) & (b == ord(".")) & (c == ord("."))) | \
+        ((a == ord("s")) & (b == ord("u")) & (c == ord("m")))
+    rest = np.flatnonzero(~good & ~dropped)
+    values[rest], good[rest] = _any_words(joined, cls, starts[rest], length[rest])
+    keep = ~dropped
+    bounds = np.cumsum([_SHORT] + [len(b) + 1 for b in bodies])  # each body's first byte in `joined`
+    words = np.diff(np.searchsorted(starts[keep], bounds)).tolist()
+    return values[keep], words, np.concatenate(([0], np.cumsum(good[keep])))
+
+
+_SHORT = 8  # bytes: the longest word _short reads (-999.9999)
+_DIGIT = np.array([c - ord("0") if c in b"0123456789" else -1 for c in range(256)], np.int8)  # -1: not a digit
+
+
+def _short(raw: np.ndarray, last: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Words of 6 to _SHORT bytes ending at `last`: each one's value, and whether it is -?D+.DDDD (then the value is
+    its mantissa, an exact integer, over 10^4, as _any_words computes it)."""
+    digit = [_DIGIT[raw[last - k]] for k in range(_SHORT)]  # the digit k places before the last byte (-1: none)
+    minus = raw[last - length + 1] == ord("-")  # its first byte
+    # places 0-3 and 5 digits, 4 the point; 6 and 7 digits where inside the word, or '-' as its first byte
+    ok = (digit[0] >= 0) & (digit[1] >= 0) & (digit[2] >= 0) & (digit[3] >= 0) & (raw[last - 4] == ord(".")) \
+        & (digit[5] >= 0)
+    mantissa = digit[0] + 10.0 * digit[1] + 100.0 * digit[2] + 1000.0 * digit[3] + 1e4 * digit[5]
+    for k in range(6, _SHORT):
+        inside = length > k
+        ok &= (digit[k] >= 0) | ~inside | (minus & (length == k + 1))
+        mantissa += np.where(inside, np.maximum(digit[k], 0), 0) * 10.0 ** (k - 1)
+    values = mantissa / _POW10[4]
+    np.negative(values, out=values, where=minus)
+    return values, ok
+
+
+def _any_words(joined: bytes, cls: np.ndarray, starts: np.ndarray, length: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Words of any kind, byte by byte: each one's value, and whether it is a print words_as_floats accepts."""
+    first = np.cumsum(length) - length  # each word's first byte among their bytes run together
+    at = np.arange(int(length.sum()))
+    inside = np.repeat(starts - first, length) + at  # each of those bytes' place in `joined`
+    c = cls[inside]
+    code = np.add.reduceat(_CODE[c], first) if len(c) else np.zeros(0, np.int64)
+    dots, minus = code % 64, code // 64 % 64
+    dot = np.flatnonzero(c == 2)
+    # where a word's '.' is (with one '.': the one after the dots of the words before it; else any place)
+    dot_at = dot[np.minimum(np.cumsum(dots) - dots, len(dot) - 1)] if len(dot) else first
+    last = first + length - 1
+    decimals = last - dot_at
+    good = ((code < 4096) & (dots == 1) & (minus == (c[first] == 3) if len(c) else code < 0) & (length <= _LONGEST)
+            & (dot_at - first - minus >= 1) & ((decimals == 4) | (decimals == 6))
+            & (length - 1 - minus <= _EXACT_DIGITS))
+    # each digit's power of ten in its word's mantissa: the digits after it, the '.' not counted
+    power = np.repeat(last, length) - at - (at < np.repeat(dot_at, length))
+    digit = np.frombuffer(joined.translate(_VALUE), np.uint8)[inside]
+    mantissa = np.add.reduceat(digit * _POW10[np.clip(power, 0, len(_POW10) - 1)], first) if len(c) else code * 0.0
+    values = mantissa / _POW10[np.clip(decimals, 0, len(_POW10) - 1)]
+    np.negative(values, out=values, where=minus > 0)
+    return values, good

@@ -209,13 +209,13 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
     skeleton = s.text.translate(None, _VARIES)
     if skeleton.count(_PREFIX) != len(nodes):  # one in each header line and none in a body: see `evaluations`
         return None
-    h, heads = s.headers[0], s.key.split(b"\n")
-    prefix = heads[0][:heads[0].index(b":") + 1]
-    if not all(line.startswith(prefix) and line.count(prefix) == 1 for line in heads):
+    h, header_lines = s.headers[0], s.key.split(b"\n")
+    prefix = header_lines[0][:header_lines[0].index(b":") + 1]
+    if not all(x.startswith(prefix) and x.count(prefix) == 1 for x in header_lines):
         prefix = b""
     return Template(tuple(s.headers), tuple(lines), tuple(inputs), skeleton, tuple(special), line - nodes[0].line,
                     ev.layer_kinds(), tuple(told), s.key, graph_start(h[0], h[2], h[3][0]), prefix,
-                    tuple(len(line) - len(prefix) + 1 for line in heads))
+                    tuple(len(x) - len(prefix) + 1 for x in header_lines))
 
 
 def keep(spans: list[_Span | None], learned: list[Template | None]) -> None:

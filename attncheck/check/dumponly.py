@@ -14,13 +14,13 @@ import numpy as np
 from ..arch.facts import AttentionFacts
 from ..dump.graph import Evaluation
 from ..results import CheckResult, SiteReport, Tolerance
-from . import checks, steps
+from . import checks, scoring, steps
 from .gather import EvalData, Pending, gather
 from ..sites.heads import SiteView, Stack, Under, select_heads, stacks
 from .fits import inferred_scale
 from .hypotheses import pin
 from ..sites.resolve import site_facts
-from .scoring import FIXED, Scored
+from .scoring import FIXED, Known, Scored, fingerprint
 
 MAX_BUFFERED = 20000  # sites of one run kept to pin its facts; past that, the rest of the run is checked as it comes
 EARLY = 64  # sites of a run after which its sites are checked as they come, under facts pinned on those (see Early)
@@ -51,7 +51,7 @@ class Early:
     factors: dict
     reports: list[SiteReport] = field(default_factory=list)
     failed: list[tuple[int, Under]] = field(default_factory=list)
-    under: list[tuple] = field(default_factory=list)  # per site checked: what it was checked under (_fingerprint)
+    under: list[tuple] = field(default_factory=list)  # per site checked: what it was checked under (fingerprint)
 
 
 @dataclass
@@ -72,6 +72,7 @@ class DumpChecker:
     _summary: DumpSummary = field(default_factory=DumpSummary)
     _failed: list[Under] = field(default_factory=list)  # views whose softmax checks failed, for the hint
     _early: Early | None = None
+    _rows: Known = field(default_factory=dict)  # the run's sites checked so far: their failing rows, for its pin
 
     def check(self, ev: Evaluation) -> list[SiteReport]:
         """Gather an evaluation's sites and take them in (the in-process path; workers gather, see absorb)."""
@@ -107,7 +108,7 @@ class DumpChecker:
 
     def _pin(self) -> Scored:
         views = [p.view for p in self._pending]
-        scored, tried = pin(views, self.given)
+        scored, tried = pin(views, self.given, self._rows)
         record = {"run": self._pending[0].run if self._pending else self._run, **scored.facts.to_dict(),
                   "rows": scored.rows, "rows_failing": scored.failing, "rows_informative": scored.informative,
                   "tried": list(dict.fromkeys(tried))}
@@ -127,6 +128,7 @@ class DumpChecker:
         pinned = self._pinned or self._pin()
         out = self._check_pending(pinned)
         self._run, self._pinned = None, None
+        self._rows.clear()
         return out
 
     def _check_early(self) -> None:
@@ -136,7 +138,7 @@ class DumpChecker:
         if e is None:
             if len(self._pending) < EARLY:
                 return
-            scored, _ = pin([p.view for p in self._pending], self.given)
+            scored, _ = pin([p.view for p in self._pending], self.given, self._rows)
             e = self._early = Early(scored, self._factors())
         todo = self._pending[len(e.reports):]
         if len(todo) < EARLY:
@@ -154,7 +156,7 @@ class DumpChecker:
         done: list[SiteReport] = []
         failed: list[tuple[int, Under]] = []
         if e is not None and e.factors == factors and \
-                e.under == [_fingerprint(site_facts(pinned.facts, p.view, pinned.extra))
+                e.under == [fingerprint(site_facts(pinned.facts, p.view, pinned.extra))
                             for p in self._pending[:len(e.reports)]]:
             done, failed = e.reports, e.failed
         reports, more, _ = self._check(self._pending[len(done):], pinned, factors)
@@ -177,7 +179,7 @@ class DumpChecker:
             for k, sr in zip(idx, reports):
                 out[k] = sr
             failed += [(idx[k], u) for k, u in bad]
-        return out, failed, [_fingerprint(f) for f in facts]  # type: ignore[return-value]
+        return out, failed, [fingerprint(f) for f in facts]  # type: ignore[return-value]
 
     def _factors(self) -> dict[str, tuple[float, float] | None]:
         """Each SCALE step's factor: from the model (the soft-cap around a TANH, q's pre-scale), else pinned on
@@ -217,12 +219,18 @@ class DumpChecker:
         P_nodes = [p.site.softmax for p in pending]
         O_nodes = [p.site.kqv or p.site.softmax for p in pending]
         why = [self._why_not(v) for v in st.views]
-        checked = [] if all(why) else list(zip(*(
-            checks.results("masked", P_nodes, st, checks.masked(st), "slot", per_head=self.per_head),
-            checks.results("softmax", P_nodes, st, checks.softmax_rows(st), "slot", tol, per_head=self.per_head),
-            checks.results("softmax_ratio", P_nodes, st, checks.softmax_ratio(st), "slot", tol,
-                           per_head=self.per_head),
-            checks.results("pv", O_nodes, st, checks.pv(st), "dim", tol, rows="O_rows", per_head=self.per_head))))
+        checked = []
+        if not all(why):
+            els = checks.masked(st), checks.softmax_rows(st), checks.softmax_ratio(st)
+            checked = list(zip(*(
+                checks.results("masked", P_nodes, st, els[0], "slot", per_head=self.per_head),
+                checks.results("softmax", P_nodes, st, els[1], "slot", tol, per_head=self.per_head),
+                checks.results("softmax_ratio", P_nodes, st, els[2], "slot", tol, per_head=self.per_head),
+                checks.results("pv", O_nodes, st, checks.pv(st), "dim", tol, rows="O_rows", per_head=self.per_head))))
+            if self.heads is None:  # the views the run's pin scores: their failing rows, not found again there
+                bad = scoring.row_failures(st, els)
+                for k, p in enumerate(pending):
+                    self._rows[id(p.view)] = (fingerprint(st.facts[k]), bad[k])
         rows_whole = st.rows_whole.sum(axis=1) * len(st.heads)
         finite = checks.finite_stack(st)
         out = []
@@ -277,12 +285,6 @@ class DumpChecker:
                 return (f"the data suggest kq_scale = {c:.6g}{name} (inferred {s:.6g} from {rows} rows); "
                         f"pass --kq-scale {c:.6g} if the model uses it")
         return ""
-
-
-def _fingerprint(f) -> tuple:
-    """What a site's checks depend on of its facts, comparable with ==."""
-    arr = lambda a: None if a is None else np.asarray(a).tobytes()  # noqa: E731
-    return (f.kq_scale, f.causal, f.window, arr(f.slopes), arr(f.sinks), f.scale_err, arr(f.sink_err))
 
 
 def _site_facts_dict(f) -> dict:

@@ -26,16 +26,17 @@ from ..arch.facts import DEFAULT, INFERRED, STRUCTURE, AttentionFacts, Fact, sca
 from .fits import FittedScale, alibi_candidates, fit_scale, fit_sinks, fit_window, inferred_scale, round_scale
 from ..sites.heads import SiteView
 from ..sites.resolve import Extra, default_scale
-from .scoring import FIXED, Scored, score
+from .scoring import FIXED, Known, Scored, score
 
-def pin(views: list[SiteView], given: AttentionFacts) -> tuple[Scored, list[str]]:
+def pin(views: list[SiteView], given: AttentionFacts, known: Known | None = None) -> tuple[Scored, list[str]]:
     """The hypothesis pinned for a run's views, and what was tried (for the report).
 
     The bases (step 1, and each with ALiBi) are tried first on the rows the given facts fail; those that explain any
     of them are scored on every row, and the best few are refined by a window and sinks fitted under them. Rows that
-    every hypothesis tried passes (one visible slot, say) tell nothing: `informative` counts the others."""
+    every hypothesis tried passes (one visible slot, say) tell nothing: `informative` counts the others. known: rows
+    already found failing under some facts (scoring.score)."""
     tried: list[str] = [describe(given)]
-    first = score(views, given)
+    first = score(views, given, known=known)
     if first.failing == 0 or not views:
         return first, tried
     seen = [first]

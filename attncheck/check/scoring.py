@@ -28,12 +28,12 @@ class Scored:
     informative_failing: int = 0  # of those, the rows this one fails
 
 
-def row_failures(st: Stack) -> np.ndarray:
+def row_failures(st: Stack, els: tuple | None = None) -> np.ndarray:
     """[s, h, t] printed rows that some element of the masked, softmax or ratio check fails, or that a fitted sink
-    leaves not checkable, in every site of a stack."""
+    leaves not checkable, in every site of a stack; els: those three checks' Elements, when computed already."""
     shape = st.P.shape[:3]
     bad = np.zeros(shape, bool)
-    for el in (checks.masked(st), checks.softmax_rows(st), checks.softmax_ratio(st)):
+    for el in els or (checks.masked(st), checks.softmax_rows(st), checks.softmax_ratio(st)):
         bad |= checks.failing_rows(el, shape)
     if st.sinks is not None and np.isnan(st.sinks).any():  # weights of such heads cannot be checked
         bad |= np.isnan(st.sinks)[:, :, None] & st.rows_whole[:, None, :]
@@ -41,17 +41,35 @@ def row_failures(st: Stack) -> np.ndarray:
     return bad
 
 
+def fingerprint(f) -> tuple:
+    """What a site's checks depend on of its facts (SiteFacts), comparable with ==."""
+    arr = lambda a: None if a is None else np.asarray(a).tobytes()  # noqa: E731
+    return (f.kq_scale, f.causal, f.window, arr(f.slopes), arr(f.sinks), f.scale_err, arr(f.sink_err))
+
+
+Known = dict  # id of a view → (fingerprint of the facts it was checked under, its failing rows [h, t])
+
+
 def score(views: list[SiteView], facts: AttentionFacts, extra: Extra | None = None,
-          only: list[int] | None = None) -> Scored:
-    """Rows failing under a hypothesis, over all views or only some (to try it on the failures first)."""
+          only: list[int] | None = None, known: Known | None = None) -> Scored:
+    """Rows failing under a hypothesis, over all views or only some (to try it on the failures first); known: the
+    failing rows of views already checked under some facts (dumponly.py), taken where those are these facts."""
     extra = extra or Extra()
     chosen = list(range(len(views))) if only is None else only
     per_view = [np.zeros(v.P.shape[:2], bool) for v in views]
-    picked = [views[i] for i in chosen]
-    for idx, st in stacks(picked, [site_facts(facts, v, extra) for v in picked]):
+    todo, todo_facts = [], []
+    for i in chosen:
+        f = site_facts(facts, views[i], extra)
+        hit = known.get(id(views[i])) if known else None
+        if hit is not None and hit[0] == fingerprint(f):
+            per_view[i] = hit[1]
+        else:
+            todo.append(i)
+            todo_facts.append(f)
+    for idx, st in stacks([views[i] for i in todo], todo_facts):
         bad = row_failures(st)
         for k, i in enumerate(idx):
-            per_view[chosen[i]] = bad[k]
+            per_view[todo[i]] = bad[k]
     failing = sum(int(per_view[i].sum()) for i in chosen)
     rows = sum(per_view[i].size for i in chosen)
     return Scored(facts, extra, failing, rows, per_view)

@@ -72,7 +72,7 @@ class DumpChecker:
     _summary: DumpSummary = field(default_factory=DumpSummary)
     _failed: list[Under] = field(default_factory=list)  # views whose softmax checks failed, for the hint
     _early: Early | None = None
-    _rows: Known = field(default_factory=dict)  # the run's sites checked so far: their failing rows, for its pin
+    _rows: Known = field(default_factory=dict)  # pending sites checked so far: their failing rows, for the run's pin
 
     def check(self, ev: Evaluation) -> list[SiteReport]:
         """Gather an evaluation's sites and take them in (the in-process path; workers gather, see absorb)."""
@@ -128,7 +128,6 @@ class DumpChecker:
         pinned = self._pinned or self._pin()
         out = self._check_pending(pinned)
         self._run, self._pinned = None, None
-        self._rows.clear()
         return out
 
     def _check_early(self) -> None:
@@ -163,6 +162,7 @@ class DumpChecker:
         failed += [(len(done) + i, u) for i, u in more]
         self._failed += [u for _, u in sorted(failed, key=lambda f: f[0])]
         self._pending = []
+        self._rows.clear()  # kept only for views still pending: an id is a view's only while the view lives
         return done + reports
 
     def _check(self, pending: list[Pending], pinned: Scored, factors: dict) -> tuple[list[SiteReport], list[tuple[int, Under]], list[tuple]]:

@@ -66,9 +66,7 @@ _templates: OrderedDict[bytes, Template] = OrderedDict()
 def cut(text: bytes) -> list[_Span] | None:
     """The part's evaluations as the slow way would cut them (a new one where the first node's name, op and first
     source recur), or None when the part is not headers and bodies alone from its first byte (log lines before the
-    first header, a header that does not parse, a line the slow way refuses)."""
-    if not text or len(text) > GAP or _long_line(text, len(text)) is not None:
-        return None
+    first header, a header that does not parse)."""
     ms = list(_HEADER_AT.finditer(text))
     if not ms:
         return None
@@ -101,7 +99,7 @@ def foreseen(text: bytes) -> list[_Span] | None:
     evaluations all start with one graph_start, as `cut` would cut them. `evaluations` then asks of these spans what
     it asks of `cut`'s, and then `cut` would have cut the same spans. None when a piece is not where a template's
     header line would be (`cut` then searches)."""
-    if not _templates or len(text) > GAP or _long_line(text, len(text)) is not None:
+    if not _templates:
         return None
     prefix = next(reversed(_templates.values())).prefix
     if not prefix:
@@ -131,10 +129,13 @@ def foreseen(text: bytes) -> list[_Span] | None:
 
 def made(part: Part) -> tuple[list[Evaluation] | None, list[_Span | None] | None]:
     """A part's evaluations made from templates; else, when the part is headers and bodies alone, its spans whose
-    template is not known yet (None for the others), for `template` to learn from as the part is read."""
+    template is not known yet (None for the others), for `template` to learn from as the part is read. Not a part
+    the slow way would refuse a line of, or note a gap in: that is read node by node."""
     if part.stream is not None or part.size > LARGEST:
         return None, None
     text = part.text()
+    if not text or len(text) > GAP or _long_line(text, len(text)) is not None:
+        return None, None
     spans = foreseen(text)
     evs = evaluations(spans, part.first_line, part.final) if spans is not None else None
     if evs is not None:

@@ -73,24 +73,26 @@ def _short(raw: np.ndarray, last: np.ndarray, length: np.ndarray) -> tuple[np.nd
 def _any_words(joined: bytes, cls: np.ndarray, starts: np.ndarray, length: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
     """Words of any kind, byte by byte: each one's value, and whether it is a print words_as_floats accepts."""
+    if not len(starts):
+        return np.zeros(0), np.zeros(0, bool)
     first = np.cumsum(length) - length  # each word's first byte among their bytes run together
     at = np.arange(int(length.sum()))
     inside = np.repeat(starts - first, length) + at  # each of those bytes' place in `joined`
     c = cls[inside]
-    code = np.add.reduceat(_CODE[c], first) if len(c) else np.zeros(0, np.int64)
+    code = np.add.reduceat(_CODE[c], first)
     dots, minus = code % 64, code // 64 % 64
     dot = np.flatnonzero(c == 2)
     # where a word's '.' is (with one '.': the one after the dots of the words before it; else any place)
     dot_at = dot[np.minimum(np.cumsum(dots) - dots, len(dot) - 1)] if len(dot) else first
     last = first + length - 1
     decimals = last - dot_at
-    good = ((code < 4096) & (dots == 1) & (minus == (c[first] == 3) if len(c) else code < 0) & (length <= _LONGEST)
+    good = ((code < 4096) & (dots == 1) & (minus == (c[first] == 3)) & (length <= _LONGEST)
             & (dot_at - first - minus >= 1) & ((decimals == 4) | (decimals == 6))
             & (length - 1 - minus <= _EXACT_DIGITS))
     # each digit's power of ten in its word's mantissa: the digits after it, the '.' not counted
     power = np.repeat(last, length) - at - (at < np.repeat(dot_at, length))
     digit = np.frombuffer(joined.translate(_VALUE), np.uint8)[inside]
-    mantissa = np.add.reduceat(digit * _POW10[np.clip(power, 0, len(_POW10) - 1)], first) if len(c) else code * 0.0
+    mantissa = np.add.reduceat(digit * _POW10[np.clip(power, 0, len(_POW10) - 1)], first)
     values = mantissa / _POW10[np.clip(decimals, 0, len(_POW10) - 1)]
     np.negative(values, out=values, where=minus > 0)
     return values, good

@@ -48,9 +48,11 @@ def describe(ev, source, layers):
             ev.T, ev.layer_kinds())
 
 
-def read(data: bytes, fast: bool, monkeypatch) -> tuple[list, int]:
-    """Every part's result (each evaluation its own part), and how many parts were made from templates."""
-    repeats._templates.clear()
+def read(data: bytes, fast: bool, monkeypatch, fresh: bool = True) -> tuple[list, int]:
+    """Every part's result (each evaluation its own part), and how many parts were made from templates; fresh: with
+    no template known before (else those learned before, as a second dump read in one process, `diff`'s)."""
+    if fresh:
+        repeats._templates.clear()
     made = [0]
 
     def counted(*a):
@@ -67,10 +69,11 @@ def read(data: bytes, fast: bool, monkeypatch) -> tuple[list, int]:
 
 
 def test_templates_make_what_reading_gives(text, monkeypatch):
-    """A clean run: the third evaluation is made from the second's template, and is what reading it gives."""
+    """A clean run: the second and third evaluations are made from the template of the first (read with the start-up
+    log before it, which starts the run), and are what reading them gives."""
     slow, _ = read(text, False, monkeypatch)
     fast, made = read(text, True, monkeypatch)
-    assert made == 1
+    assert made == 2
     assert fast == slow
     assert [len(p[0]) for p in fast] == [1, 1, 1]
 
@@ -96,16 +99,18 @@ def test_a_header_line_run_on_reads_as_read(text, monkeypatch):
     assert len(data) == len(text)
     slow, _ = read(data, False, monkeypatch)
     fast, made = read(data, True, monkeypatch)
-    assert fast == slow and made == 0
+    assert fast == slow and made == 1  # the second evaluation; the third is read
 
 
 def test_second_run_is_read(text, monkeypatch):
-    """The same run twice (`cat a b`): the part with the second run's start-up log is read, the rest made."""
+    """The same run twice (`cat a b`): every evaluation but the first is made, the first run's last with the second
+    run's start-up log after its print (which reading gives its last node, and where it finds the run start)."""
     data = text + text
     slow, _ = read(data, False, monkeypatch)
     fast, made = read(data, True, monkeypatch)
-    assert made == 3  # the first run's third evaluation, the second run's second and third
+    assert made == 5
     assert fast == slow
+    assert [len(p[1]) for p in fast] == [1, 0, 1, 0, 0, 0]  # the runs each part starts
 
 
 # what a repeated print may hold that the template's does not: digits, signs and blanks (which the compare ignores),
@@ -161,7 +166,7 @@ def test_a_copy_told_apart_by_its_values_is_told_again(monkeypatch):
     text = data[:st[2]] + third
     slow, _ = read(text, False, monkeypatch)
     fast, made = read(text, True, monkeypatch)
-    assert made == 1
+    assert made == 2  # the second evaluation and the third, from the template of the first
     assert fast == slow
     two, three = slow[1][0][0], slow[2][0][0]  # describe() of the second and third evaluations
     assert two[6][i][10][0] == found[-1] and three[6][i][10][0] == other
@@ -175,3 +180,36 @@ def _rebuilt(text: bytes, span, bodies: list[bytes]) -> bytes:
         out += [text[pos:end], new]
         pos = end + len(old)
     return b"".join(out)
+
+
+# log text a part may hold before its first header line or after its last node's print: printed rows and sums (noted
+# before the first header, a damaged print after it), blank and empty lines, headers, a run start, a GGUF file's magic
+LOG_EDITS = [b"    [      1.0000 ],\n", b"    sum = 1.000000\n", b"  12345\n", b"\n", b"I log line\n", b"GGUF",
+             b"common_debug_cb_eval: x\n", b"0.1 I ggml_debug: y\n",
+             b"0.1 I number of input tokens = 2\n0.1 I   5\n0.1 I   6\n"]
+
+
+@pytest.mark.parametrize("new", LOG_EDITS)
+@pytest.mark.parametrize("where", ["dump start", "first header", "print end", "second run's first header", "dump end"])
+def test_log_text_around_evaluations_reads_as_read(text, monkeypatch, new, where):
+    """The start-up log before a run's first evaluation is read the way reading reads it, whether it ends a part (the
+    last node's print, then the next run's log) or begins the dump; text inserted at either end of such log (or at
+    the dump's end, where reading calls the last node cut) gives what reading gives, made or not."""
+    two = text[:_starts(text)[2]]  # the start-up log and two evaluations of one template
+    lead = _starts(two)[0]
+    at = {"dump start": 0, "first header": lead, "print end": len(two), "second run's first header": len(two) + lead,
+          "dump end": 2 * len(two)}[where]
+    data = (two + two)[:at] + new + (two + two)[at:]
+    slow = read(data, False, monkeypatch)[0]
+    assert read(data, True, monkeypatch)[0] == slow
+    assert read(data, True, monkeypatch, fresh=False)[0] == slow  # the first part too may be made
+
+
+def test_a_second_dump_is_made_from_the_first(text, monkeypatch):
+    """A dump read after another in one process (`diff`): even its first part, start-up log and all, is made from the
+    templates learned on the first, and reads as reading gives."""
+    slow = read(text, False, monkeypatch)[0]
+    read(text, True, monkeypatch)
+    fast, made = read(text, True, monkeypatch, fresh=False)
+    assert made == 3
+    assert fast == slow

@@ -44,23 +44,25 @@ def gather_part(part: Part, source: str, layers: frozenset[int] | None, take: Ta
     EvalData for the checks; `list` takes its rows (dump/listing.py's Listed). Either has Replay's interface: index,
     run, n_past, T, runs_before, tokens, and `placed` (Listed). A part whose every evaluation repeats one read before
     is made from those (dump/repeats.py); else it is read node by node, and what it repeats is learned."""
-    made, spans = repeats.made(part)  # spans: when read node by node, what the part's evaluations may be learned from
-    # a made part is not read again: its Dump reads nothing, and keeps no runs, notes or cut
+    # spans: when read node by node, what the part's evaluations may be learned from; runs: those its log text starts
+    made, spans, runs = repeats.made(part, source)
+    # a made part is not read again: its Dump reads nothing, and keeps no notes or cut
     d = Dump(part.reader() if made is None else io.BytesIO(), source, part.first_line, part.final)
     out: list = []
     error = None
     learned: list = []
     try:
         for ev in made if made is not None else d.evaluations():
-            if spans is not None and not d.notes and not d.runs and len(learned) < len(spans):
+            if spans is not None and not d.notes and d.runs == runs[:len(d.runs)] and len(learned) < len(spans):
                 learned.append(repeats.template(spans[len(learned)], ev))
             out.append(take(ev, source, layers))
             ev.nodes.clear()
     except DumpError as e:
         error = e
-    if spans is not None and error is None and not (d.notes or d.runs or d.cut) and len(learned) == len(spans):
-        repeats.keep(spans, learned)  # a part with nothing odd in it
-    return PartResult(out, d.runs, d.notes, d.cut.ref if d.cut is not None else None, error, part.size)
+    if spans is not None and error is None and not (d.notes or d.cut) and d.runs == runs and len(learned) == len(spans):
+        repeats.keep(spans, learned)  # a part with nothing odd in it but the runs its log text starts
+    return PartResult(out, runs if made is not None else d.runs, d.notes, d.cut.ref if d.cut is not None else None,
+                      error, part.size)
 
 
 def jobs_default() -> int:

@@ -5,14 +5,16 @@ With `-ub N`, and token by token after the prompt, llama.cpp prints the same gra
 lines (n_kv is padded, so kq's shape stays), the same print layout, only the numbers differ. An evaluation whose
 header lines are byte for byte those of one read before, and whose text is that one's with only digits, signs and
 blanks changed, has that one's nodes, lines, sources and sites; only its numbers are its own. This module keeps such
-a `Template` per header text, learned from a part of the dump read the slow way that held nothing odd (no note, no run
-start, no cut, no error), and makes a part's evaluations from templates when every one of them has one. The part is
-cut where the templates' header lines are (`foreseen`: one split at their prefix), else by searching it for headers
-as the slow way does (`cut`). Anything else in a part, however small, sends the whole part the slow way, which reads
-it as before: what is read here is exactly what the slow way would read (tests/test_repeats.py).
+a `Template` per header text, learned from a part of the dump read the slow way that held nothing odd (no note, no cut,
+no error, no run start but in log text before its first header line or after its last print: `framed`), and makes a
+part's evaluations from templates when every one of them has one. The part is cut where the templates' header lines
+are (`foreseen`: one split at their prefix), else by searching it for headers as the slow way does (`cut`). Anything
+else in a part, however small, sends the whole part the slow way, which reads it as before: what is read here is
+exactly what the slow way would read (tests/test_repeats.py).
 """
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from typing import NamedTuple
 
@@ -20,13 +22,15 @@ from .attention import find_sites
 from .graph import Evaluation, graph_start
 from .parts import Part
 from .names import COPIES, told_apart
-from .records import GAP, MAX_HEADER, Node, _HEADER_AT, _ends_whole, _long_line, _parse_header_at
+from .records import (GAP, MAX_HEADER, Node, RunStart, _HEADER_AT, _PRINTED_LINE, _ends_whole, _long_line,
+                      _parse_header_at, _tokens)
 from .sample import fits, prints_plainly
 
 # deleted from an evaluation's text before it is compared: what differs between two prints of one layout (digits,
 # signs, blanks); '.', letters (nan, inf, log lines), brackets and newlines are kept, so lines and layout must agree
 _VARIES = b"0123456789- \t\r"
 _PREFIX = b"_debug"  # in every header's prefix (records.py's _HEADER_AT): once per header line of a template's text
+_LOG_LINE = re.compile(rb"\n\S")  # a line that starts with neither a blank nor a newline: log text, not a printed row
 KEEP = 16  # templates a process keeps (the most recently used); each holds about a quarter of its evaluation's text
 LARGEST = 16 << 20  # bytes: a larger part is read in chunks the slow way, never held whole
 
@@ -52,12 +56,23 @@ class Template(NamedTuple):
 
 
 class _Span(NamedTuple):
-    """One evaluation's text within a part, its header lines joined (the key), its bodies and parsed headers."""
+    """One evaluation's text within a part, its header lines joined (the key), its bodies and parsed headers; the
+    part's last also the log text after its last node's print, which reading gives that node as its body's end."""
 
     text: bytes
     key: bytes
     bodies: list[bytes]
     headers: list
+    tail: bytes = b""
+
+
+class _Frame(NamedTuple):
+    """Where a part's evaluations lie in its text: between the log lines before its first header line (the dump's
+    start-up log) and those after its last node's print (the next run's start-up log), and the runs these start."""
+
+    lead: int  # bytes before the first header line
+    tail: int  # where the log after the last node's print starts (the text's length when none follows)
+    runs: list[RunStart]  # those the log before the first header line starts
 
 
 _templates: OrderedDict[bytes, Template] = OrderedDict()
@@ -127,32 +142,66 @@ def foreseen(text: bytes) -> list[_Span] | None:
     return out
 
 
-def made(part: Part) -> tuple[list[Evaluation] | None, list[_Span | None] | None]:
-    """A part's evaluations made from templates; else, when the part is headers and bodies alone, its spans whose
-    template is not known yet (None for the others), for `template` to learn from as the part is read. Not a part
-    the slow way would refuse a line of, or note a gap in: that is read node by node."""
+def framed(text: bytes, first_line: int, source: str) -> _Frame | None:
+    """The log text around a part's evaluations, and the runs the log before them starts, as reading finds them
+    (records.py's `_tokens`, asked of the text before the first header line). Neither side holds `_PREFIX`, so
+    reading finds no header there. None where reading would note something before the first header (printed rows),
+    or refuse the dump's first bytes (a GGUF file's, a byte-order mark). Log text at the dump's end `evaluations`
+    leaves to reading, which calls the last node cut there."""
+    first = text.find(_PREFIX)
+    if first < 0 or (first_line == 1 and text.startswith((b"GGUF", b"\xef\xbb\xbf"))):
+        return None
+    lead = text.rfind(b"\n", 0, first) + 1
+    eol = text.find(b"\n", text.rfind(_PREFIX))
+    log = _LOG_LINE.search(text, eol) if eol >= 0 else None
+    tail = log.start() + 1 if log is not None else len(text)
+    if lead and _PRINTED_LINE.search(text, 0, lead):
+        return None
+    return _Frame(lead, tail, list(_tokens(text[:lead], first_line, source)) if lead else [])
+
+
+def made(part: Part, source: str) -> tuple[list[Evaluation] | None, list[_Span | None] | None, list[RunStart]]:
+    """A part's evaluations made from templates, and the runs its log text starts; else, when the part is headers
+    and bodies alone between log text (`framed`), its spans whose template is not known yet (None for the others),
+    for `template` to learn from as the part is read, and the runs that log text starts (reading must find those
+    and no others for the part to be learned from). Not a part the slow way would refuse a line of, or note a gap in:
+    that is read node by node."""
     if part.stream is not None or part.size > LARGEST:
-        return None, None
+        return None, None, []
     text = part.text()
     if not text or len(text) > GAP or _long_line(text, len(text)) is not None:
-        return None, None
-    spans = foreseen(text)
-    evs = evaluations(spans, part.first_line, part.final) if spans is not None else None
-    if evs is not None:
-        return evs, None
-    spans = cut(text)
-    if spans is None:
-        return None, None
-    evs = evaluations(spans, part.first_line, part.final)
-    if evs is not None:
-        return evs, None
-    return None, [None if s.key in _templates else s for s in spans]
+        return None, None, []
+    frame = framed(text, part.first_line, source)
+    if frame is None:
+        return None, None, []
+    core, tail = text[frame.lead:frame.tail], text[frame.tail:]
+    line = part.first_line + text.count(b"\n", 0, frame.lead)
+    spans = _ending(foreseen(core), tail)
+    evs = evaluations(spans, line, part.final, frame.runs) if spans is not None else None
+    if evs is None:
+        spans = _ending(cut(core), tail)
+        if spans is None:
+            return None, None, []
+        evs = evaluations(spans, line, part.final, frame.runs)
+    if evs is not None:  # a run the log after the print starts: reading asks the last node's whole body for it
+        last = evs[-1].nodes[-1]
+        return evs, None, frame.runs + (list(_tokens(last.body, last.body_line, source)) if tail else [])
+    after = list(_tokens(tail, line + core.count(b"\n"), source)) if tail else []
+    return None, [None if s.key in _templates else s for s in spans], frame.runs + after
 
 
-def evaluations(spans: list[_Span], first_line: int, final: bool) -> list[Evaluation] | None:
-    """A part's evaluations (cut by `cut` or `foreseen`; the part starts on first_line; final: it ends the dump) made
-    from their templates, as a Dump of the part would read them; None when any has none, or differs from it but in
-    numbers. One compare of the whole text's skeleton vouches for each body: the header lines are the template's, and
+def _ending(spans: list[_Span] | None, tail: bytes) -> list[_Span] | None:
+    """The spans, the last with the log text after its print."""
+    if spans and tail:
+        spans[-1] = spans[-1]._replace(tail=tail)
+    return spans
+
+
+def evaluations(spans: list[_Span], first_line: int, final: bool, runs: list[RunStart]) -> list[Evaluation] | None:
+    """A part's evaluations (cut by `cut` or `foreseen`; the first starts on first_line, after log text that started
+    `runs`; final: they end the dump) made from their templates, as a Dump of the part would read them; None when
+    any has none, or differs from it but in numbers. One compare of the whole text's skeleton vouches for each body:
+    the header lines are the template's, and
     `_PREFIX` is in each of them once and in no body of the template, so where the skeletons are equal each header's
     `_PREFIX` falls at the same place in both, and so does each body's skeleton."""
     tpls = []
@@ -166,6 +215,10 @@ def evaluations(spans: list[_Span], first_line: int, final: bool) -> list[Evalua
     for k, (s, t) in enumerate(zip(spans, tpls)):
         _templates.move_to_end(s.key)
         nodes = [Node(*h, line + at, body, line + at + 1) for h, at, body in zip(t.headers, t.lines, s.bodies)]
+        if s.tail:  # log text after the print: reading gives it to the last node, and notes it unless the print fits
+            nodes[-1].body += s.tail
+            if not fits(nodes[-1]):
+                return None
         for node, (i0, i1) in zip(nodes, t.inputs):
             node.inputs = (None if i0 < 0 else nodes[i0], None if i1 < 0 else nodes[i1])
         for i, found in t.told:  # as names.py tells them apart, by this print's values
@@ -175,7 +228,8 @@ def evaluations(spans: list[_Span], first_line: int, final: bool) -> list[Evalua
         if not all(fits(nodes[i]) for i in t.special):
             return None
         # a copy told apart anew may lie on a chain find_sites walks: then the kinds are found again too
-        ev = Evaluation(k, 0, k, n_past, None, 0, nodes, kinds=None if t.told else t.kinds)
+        ev = Evaluation(k, 0, k, n_past, runs[-1].tokens if runs else None, len(runs), nodes,
+                        kinds=None if t.told else t.kinds)
         ev.sites, ev.flash, ev.other_softmax = find_sites(nodes)
         T = ev.T
         n_past = None if T is None or n_past is None else n_past + T
@@ -194,7 +248,8 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
     seen: dict[tuple, list[int]] = {}  # names.py's by_key, as indices
     inputs, special, lines, told, line = [], [], [], [], nodes[0].line
     for i, (n, body, h) in enumerate(zip(nodes, s.bodies, s.headers)):
-        if n.body != body or (n.name, n.type, n.op, n.srcs, n.ne) != h or n.cut or n.lost or n.line != line:
+        as_read = body if i < len(nodes) - 1 else body + s.tail  # the log after the last print is its node's
+        if n.body != as_read or (n.name, n.type, n.op, n.srcs, n.ne) != h or n.cut or n.lost or n.line != line:
             return None
         found = seen.get((n.srcs[0].name, n.srcs[0].ne), []) if n.srcs[0] is not None else []
         if n.op in COPIES and len(found) > 1:  # told apart by printed values (names.py): again at each print

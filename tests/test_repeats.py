@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from attncheck.dump import pool, repeats
 from attncheck.dump.parts import parts, start_of_graph
+from attncheck.dump.sample import _NUMBER_CHARS, _fast_skeleton
 
 MADE = repeats.evaluations  # the real one: read() puts a counting one in its place
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpt2-deep-48l.txt.xz"
@@ -37,7 +38,10 @@ def _starts(data: bytes) -> list[int]:
 
 
 def describe(ev, source, layers):
-    """Everything of an evaluation a check, `list` or `diff` could read, its links as indices."""
+    """Everything of an evaluation a check, `list` or `diff` could read, its links as indices; and a node said
+    `plain` (parse_samples then takes its body as a clean print without looking) must be one."""
+    for n in ev.nodes:
+        assert not n.plain or n.body.translate(None, _NUMBER_CHARS) == _fast_skeleton(n.ne), n.name
     at = {id(n): i for i, n in enumerate(ev.nodes)}
     ix = lambda n: None if n is None else at[id(n)]  # noqa: E731
     nodes = [(n.name, n.type, n.op, n.srcs, n.ne, n.line, n.body, n.body_line, n.cut, n.lost, tuple(map(ix, n.inputs)))
@@ -100,6 +104,23 @@ def test_a_header_line_run_on_reads_as_read(text, monkeypatch):
     slow, _ = read(data, False, monkeypatch)
     fast, made = read(data, True, monkeypatch)
     assert fast == slow and made == 1  # the second evaluation; the third is read
+
+
+def test_a_log_line_every_print_holds_is_no_plain_print(text, monkeypatch):
+    """A log line inside the same node's print in every evaluation: the template holds it (reading reads around it),
+    the repeats are made, and that node is not taken for a clean print (Node.plain), as reading does not take it."""
+    starts = _starts(text) + [len(text)]
+
+    def logged(ev: bytes) -> bytes:  # the line after the first of kq_soft_max-7's print
+        at = ev.index(b"\n    [", ev.index(b"kq_soft_max-7")) + 1
+        return ev[:at] + b"I a log line\n" + ev[at:]
+
+    data = text[:starts[0]] + b"".join(logged(text[a:b]) for a, b in zip(starts, starts[1:]))
+    slow, _ = read(data, False, monkeypatch)
+    fast, made = read(data, True, monkeypatch)
+    assert made == 2
+    assert fast == slow
+    assert set(repeats._VARIES) <= set(_NUMBER_CHARS)  # Template.plain's argument: a repeat's skeleton is the print's
 
 
 def test_second_run_is_read(text, monkeypatch):

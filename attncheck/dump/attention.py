@@ -77,7 +77,7 @@ class Site:
     def q_scale_node(self) -> Node | None:
         """The SCALE node q passes through on its way to kq (gemma, phi3 pre-scale q), if printed."""
         n = self.q
-        while n is not None and n.op in _LAYOUT | {"TRANSPOSE"}:
+        while n is not None and n.op in _LAYOUT:
             n = n.inputs[0]
         return n if n is not None and n.op == "SCALE" else None
 

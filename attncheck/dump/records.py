@@ -78,6 +78,7 @@ class Node:
     cut: bool = False  # the input ended inside this node
     inputs: tuple["Node | None", "Node | None"] = field(default=(None, None), repr=False)  # resolved by graph.py
     lost: int = 0  # bit i set: src i names a node whose header was damaged (so inputs[i] is None), not a weight
+    plain: bool = False  # the body is a clean print of ne but for its numbers: a template vouched (dump/repeats.py)
 
     def unprinted(self, i: int) -> bool:
         """src i is a tensor llama.cpp does not print (a weight, a bias, an input like inp_pos), not a printed node

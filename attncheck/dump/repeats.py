@@ -24,13 +24,14 @@ from .parts import Part
 from .names import COPIES, told_apart
 from .records import (GAP, MAX_HEADER, Node, RunStart, _HEADER_AT, _PRINTED_LINE, _ends_whole, _long_line,
                       _parse_header_at, _tokens)
-from .sample import fits, prints_plainly
+from .sample import _fast_skeleton, _NUMBER_CHARS, fits, prints_plainly
 
 # deleted from an evaluation's text before it is compared: what differs between two prints of one layout (digits,
 # signs, blanks); '.', letters (nan, inf, log lines), brackets and newlines are kept, so lines and layout must agree
 _VARIES = b"0123456789- \t\r"
 _PREFIX = b"_debug"  # in every header's prefix (records.py's _HEADER_AT): once per header line of a template's text
 _LOG_LINE = re.compile(rb"\n\S")  # a line that starts with neither a blank nor a newline: log text, not a printed row
+_UNLINKED = (None, None)
 KEEP = 16  # templates a process keeps (the most recently used); each holds about a quarter of its evaluation's text
 LARGEST = 16 << 20  # bytes: a larger part is read in chunks the slow way, never held whole
 
@@ -53,6 +54,7 @@ class Template(NamedTuple):
     start: tuple  # graph.graph_start of its first node: where `cut` would cut before it
     prefix: bytes  # what every header line starts with, up to its ':' (b"" when they differ: `foreseen` cannot cut)
     rests: tuple[int, ...]  # bytes of each header line after the prefix, its newline included
+    plain: tuple[bool, ...]  # per node: its body a clean print of its ne but for the numbers (Node.plain)
 
 
 class _Span(NamedTuple):
@@ -214,9 +216,11 @@ def evaluations(spans: list[_Span], first_line: int, final: bool, runs: list[Run
     line, n_past = first_line, 0
     for k, (s, t) in enumerate(zip(spans, tpls)):
         _templates.move_to_end(s.key)
-        nodes = [Node(*h, line + at, body, line + at + 1) for h, at, body in zip(t.headers, t.lines, s.bodies)]
+        nodes = [Node(*h, line + at, body, line + at + 1, False, _UNLINKED, 0, plain)
+                 for h, at, body, plain in zip(t.headers, t.lines, s.bodies, t.plain)]
         if s.tail:  # log text after the print: reading gives it to the last node, and notes it unless the print fits
             nodes[-1].body += s.tail
+            nodes[-1].plain = False
             if not fits(nodes[-1]):
                 return None
         for node, (i0, i1) in zip(nodes, t.inputs):
@@ -246,7 +250,7 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
         return None
     at = {id(n): i for i, n in enumerate(nodes)}
     seen: dict[tuple, list[int]] = {}  # names.py's by_key, as indices
-    inputs, special, lines, told, line = [], [], [], [], nodes[0].line
+    inputs, special, lines, told, plain, line = [], [], [], [], [], nodes[0].line
     for i, (n, body, h) in enumerate(zip(nodes, s.bodies, s.headers)):
         as_read = body if i < len(nodes) - 1 else body + s.tail  # the log after the last print is its node's
         if n.body != as_read or (n.name, n.type, n.op, n.srcs, n.ne) != h or n.cut or n.lost or n.line != line:
@@ -260,6 +264,8 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
         inputs.append(tuple(-1 if x is None else at[id(x)] for x in n.inputs))
         if n.quantized or n.ne[3] > 1 or not prints_plainly(n):
             special.append(i)
+        # where a print's skeleton is its ne's, so is a repeat's: the skeletons differ in no more than _VARIES deletes
+        plain.append(not n.quantized and body.translate(None, _NUMBER_CHARS) == _fast_skeleton(n.ne))
         lines.append(line - nodes[0].line)
         line += 1 + body.count(b"\n")  # its header line, then its body
     skeleton = s.text.translate(None, _VARIES)
@@ -271,7 +277,7 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
         prefix = b""
     return Template(tuple(s.headers), tuple(lines), tuple(inputs), skeleton, tuple(special), line - nodes[0].line,
                     ev.layer_kinds(), tuple(told), s.key, graph_start(h[0], h[2], h[3][0]), prefix,
-                    tuple(len(x) - len(prefix) + 1 for x in header_lines))
+                    tuple(len(x) - len(prefix) + 1 for x in header_lines), tuple(plain))
 
 
 def keep(spans: list[_Span | None], learned: list[Template | None]) -> None:

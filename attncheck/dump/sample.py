@@ -271,6 +271,8 @@ def _skeleton_fits(node: Node) -> bytes | None:
     """The body (without interleaved log lines) if its skeleton is the one printed for its ne, else None.
 
     Log lines hold letters the skeleton keeps, so the raw body is tried first and cleaned only when it differs."""
+    if node.plain:
+        return node.body
     skeleton = _fast_skeleton(node.ne)
     if node.body.translate(None, _NUMBER_CHARS) == skeleton:
         return node.body

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attncheck.dump.graph import read_dump
-from attncheck.dump.sample import parse_sample, parse_samples
+from attncheck.dump.sample import every_line_printed, parse_sample, parse_samples
 from attncheck.errors import DumpError
 from conftest import FIXTURES
 
@@ -93,3 +93,12 @@ def test_any_words_parse_as_one_by_one(data):
         clean = False
     if clean and plain:
         assert batch[0] is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"\n", b" ", b"  [", b"1.0", b"I log", b"\t", b"\r\n"]), max_size=12))
+def test_every_line_printed_counts_as_it_searches(parts):
+    """every_line_printed searches for two newlines that start no printed line; what it decides is what counting
+    every newline decides (a body's newlines are one more than those followed by a blank when it starts with one)."""
+    body = b"".join(parts)
+    assert every_line_printed(body) == (body.count(b"\n") == body.count(b"\n ") + body.startswith(b" "))

@@ -295,14 +295,15 @@ def softmax_sum(st: Stack, i: int, tol: Tolerance | None = None) -> CheckResult:
         return CheckResult("sum", node.name, node.line, unchecked=1,
                            why_unchecked="attention sinks take a share of every row, printed or not")
     full = float(T * H)
-    n_visible_all = st.n_visible_all[i]
-    n_added = H * int(n_visible_all.sum())
-    full_bound = precision.sum_bound(n_added, full, T * H, int(n_visible_all.max(initial=0)))
-    P_all = view.P_all
+    seen, most = st.n_visible_totals
+    full_bound = precision.sum_bound(H * seen[i], full, T * H, most[i])
+    res = compare_value("sum", node, got, full, full_bound, note="full tensor: T·H rows that each sum to 1", tol=tol)
+    if res.passed:
+        return res
+    P_all = view.P_all  # else the sum of what was printed, which llama.cpp printed before PR #15637
     printed = float(P_all.sum())
     printed_bound = P_all.size * precision.PRINT + precision.sum_bound(int(np.count_nonzero(P_all)), printed)
-    res = compare_value("sum", node, got, full, full_bound, note="full tensor: T·H rows that each sum to 1", tol=tol)
-    if not res.passed and abs(got - printed) <= (printed_bound if tol is None else tol.bound(printed)):
+    if abs(got - printed) <= (printed_bound if tol is None else tol.bound(printed)):
         res = compare_value("sum", node, got, printed, printed_bound,
                             note="printed values only (llama.cpp before PR #15637 summed what it printed)", tol=tol)
     return res

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from itertools import repeat
 from typing import NamedTuple
 
 from .attention import find_sites
@@ -122,7 +123,8 @@ def foreseen(text: bytes) -> list[_Span] | None:
     if not prefix:
         return None
     pieces = text.split(prefix)
-    if pieces[0] or text.count(b"\n" + prefix) != len(pieces) - 2:
+    # the first prefix is the part's first byte, and each other starts a line: the piece before it ends one
+    if pieces[0] or not all(map(bytes.endswith, pieces[1:-1], repeat(b"\n"))):
         return None
     out: list[_Span] = []
     k, at, start = 1, 0, None

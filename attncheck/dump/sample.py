@@ -28,6 +28,7 @@ _SKELETON = re.compile(rb"\s+|" + _DIGITS)  # what is left of a line without num
 _NUMBER_CHARS = b"0123456789.-naif \t\r\n"  # deleted for the fast skeleton: digits, nan, inf, spaces
 _BUT_DOTS = _NUMBER_CHARS.replace(b".", b"")  # deleted for the dotted skeleton: a finite number leaves its '.'
 _PUNCT = bytes.maketrans(b"[],=", b"    ")
+_NEWLINE_UNLIKE_PRINT = re.compile(rb"\n(?! )")  # a newline that starts no printed line (or ends the text)
 # every printed word: `%12.4f` values (4 decimals) and `%f` sums (6), or the non-finite spellings
 _PRINTED_VALUES = re.compile(rb"(?:" + _DIGITS + rb" )*")
 _FOREIGN_LINE = re.compile(rb"(?m)^[^\s\n][^\n]*(?:\n|$)")  # log lines start in column 0; printed lines never do
@@ -109,8 +110,13 @@ def _first_rows(ne: tuple[int, int, int, int]) -> np.ndarray:
 
 
 def every_line_printed(body: bytes) -> bool:
-    """Each line after the first starts with a blank, as llama.cpp prints: no log line came between."""
-    return body.count(b"\n") == body.count(b"\n ") + body.startswith(b" ")
+    """Each line after the first starts with a blank, as llama.cpp prints: no log line came between. (As newlines
+    go: those not followed by a blank, the last one's included, are one if the body starts with a blank, else none;
+    found by a search for the first two, not by counting every newline.)"""
+    first = _NEWLINE_UNLIKE_PRINT.search(body)
+    if not body.startswith(b" "):
+        return first is None
+    return first is not None and _NEWLINE_UNLIKE_PRINT.search(body, first.end()) is None
 
 
 def row_lines(node: Node) -> np.ndarray:

@@ -157,6 +157,13 @@ class Stack:
         return counts[back.reshape(-1)]
 
     @cached_property
+    def n_visible_totals(self) -> tuple[list[int], list[int]]:
+        """Per site: the slots its queries see, summed over the evaluation's queries, and the most one query sees
+        (the terms of SOFT_MAX's `sum =` line), as Python ints."""
+        a = self.n_visible_all
+        return a.sum(axis=1).tolist(), a.max(axis=1, initial=0).tolist()
+
+    @cached_property
     def n_visible(self) -> np.ndarray:
         """[s, t] how many slots each printed query sees, printed or not."""
         return self.n_visible_all[:, self.queries]

@@ -161,17 +161,20 @@ def finite_stack(st: Stack) -> list[list[CheckResult]]:
     not finite, or overflows, is looked at alone)."""
     arrays = [(a, a.reshape(len(a), -1).sum(axis=1)) if a is not None else (None, None)
               for a in (st.S, st.P, st.O, st.V)]
-    ok = np.logical_and.reduce([np.isfinite(sums) for _, sums in arrays if sums is not None])
+    ok = np.logical_and.reduce([np.isfinite(sums) for _, sums in arrays if sums is not None]).tolist()
+    # elements per site: each array's; of V, the rows of the heads whose KV head was printed
+    sizes = [None if a is None else [a[0].size] * len(a) for a, _ in arrays]
+    if st.V is not None:
+        sizes[3] = (st.kv_printed.sum(axis=1) * (st.V.shape[2] * st.V.shape[3])).tolist()
     out = []
     for i, view in enumerate(st.views):
         if not ok[i]:
             out.append(finite(view))
             continue
         res = []
-        for (arr, _), node in zip(arrays, (view.site.scores, view.site.softmax, view.site.kqv, view.site.v)):
-            if arr is not None and node is not None:
-                n = arr[i].size if arr is not st.V else int(view.kv_printed.sum()) * arr.shape[2] * arr.shape[3]
-                res.append(CheckResult("finite", node.name, node.line, checked=n))
+        for n, node in zip(sizes, (view.site.scores, view.site.softmax, view.site.kqv, view.site.v)):
+            if n is not None and node is not None:
+                res.append(CheckResult("finite", node.name, node.line, checked=n[i]))
         out.append(res)
     return out
 

@@ -8,12 +8,12 @@ follows from the site's facts (mask.py): `Under(view, facts)` for one site, `Sta
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
 from ..dump.attention import Site, SiteInfo
-from ..dump.sample import Sample, row_lines
+from ..dump.sample import Sample, printed_indices, row_lines
 from ..errors import DumpError
 from .mask import VISIBLE, Geometry, SiteFacts, reasons
 
@@ -258,6 +258,20 @@ class Under:
         return self.stack.scaled()[0]
 
 
+@lru_cache(maxsize=256)
+def _kv_rows(H: int, H_kv: int) -> tuple[np.ndarray, np.ndarray]:
+    """[h] whether the KV head of each printed query head (of H) was printed (of H_kv), and [h'] the printed row of V
+    each of those reads (the first, as Sample.position); read-only, shared by the sites of one shape."""
+    at: dict[int, int] = {}
+    for g, kv in enumerate(printed_indices(H_kv).tolist()):
+        at.setdefault(kv, g)
+    where = [at.get(kv, -1) for kv in kv_head(printed_indices(H), H, H_kv).tolist()]
+    printed, rows = np.array([g >= 0 for g in where], bool), np.array([g for g in where if g >= 0], np.int64)
+    printed.setflags(write=False)
+    rows.setflags(write=False)
+    return printed, rows
+
+
 def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | None, V: Sample | None,
               source: str) -> SiteView:
     """Align the printed samples of a site by logical head, query, slot and dim."""
@@ -276,13 +290,12 @@ def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | 
         H, H_kv = site.H, V.node.ne[2]
         if H_kv == 0 or H % H_kv:
             raise DumpError(source, V.node.line, f"{H} query heads cannot share {H_kv} KV heads")
-        at = {}  # printed position of each printed KV head (the first, as Sample.position)
-        for g, kv in enumerate(V.index[1].tolist()):
-            at.setdefault(kv, g)
-        where = [at.get(kv, -1) for kv in kv_head(heads, H, H_kv).tolist()]
-        kv_printed = np.array([g >= 0 for g in where], bool)
-        V_h = np.zeros((len(heads), len(dims), len(slots)))
-        V_h[kv_printed] = V.values[0, [g for g in where if g >= 0]]
+        kv_printed, rows = _kv_rows(H, H_kv)
+        if len(rows) == len(heads):  # every printed head's KV head was printed
+            V_h = V.values[0, rows]
+        else:
+            V_h = np.zeros((len(heads), len(dims), len(slots)))
+            V_h[kv_printed] = V.values[0, rows]
     return SiteView(
         site=site.info(),
         geometry=Geometry(n_past, site.T, site.n_kv, site.kv_cached),

@@ -9,6 +9,7 @@ not be and why, the worst error, the bound there, the factor the bound would hav
 from __future__ import annotations
 
 import math
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -98,28 +99,30 @@ def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: To
     w_all = worst[worst >= 0]
     w_err, w_bound, w_ratio = err[w_all].tolist(), bound[w_all].tolist(), ratio[w_all].tolist()
     w_h, w_t, w_x = st.heads[el.h[w_all]].tolist(), st.queries[el.t[w_all]].tolist(), axis[el.x[w_all]].tolist()
+    w_at = list(map(Location, w_h, w_t, w_x) if last == "slot" else map(Location, w_h, w_t, repeat(None), w_x))
     out = []
     bad_idx = np.flatnonzero(bad)
     w = 0  # the next site with a worst element
     for i, (n_checked, n_unchecked, n_failed) in enumerate(zip(checked.tolist(), el.unchecked.tolist(),
                                                                 failed.tolist())):
         node = nodes[i]
-        res = CheckResult(check, node.name, node.line, checked=n_checked, unchecked=n_unchecked,
-                          why_unchecked=el.why if n_unchecked else "", note=note)
-        if n_checked:
-            res.max_error, res.bound, res.ratio = w_err[w], w_bound[w], w_ratio[w]
-            res.worst, res.failed = place(w_h[w], w_t[w], w_x[w]), n_failed
-            w += 1
-            if n_failed:
-                mine = bad_idx[el.s[bad_idx] == i][:MAX_FAILURES]
-                # kq, kq_soft_max and kqv print one row per (head, query): the failing value's own line
-                lines = getattr(st.views[i], rows)
-                res.failures = [Failure(where(int(k)), float(el.got[k]), float(el.want[k]), float(bound[k]),
-                                        None if lines is None else int(lines[el.h[k], el.t[k]]))
-                                for k in mine]
-            if per_head:
-                res.by_head = {int(st.heads[k]): HeadFigures(int(h_n[i, k]), int(h_bad[i, k]),
-                                                             float(h_worst[i, k])) for k in range(n_h) if h_n[i, k]}
+        why = el.why if n_unchecked else ""
+        if not n_checked:
+            out.append(CheckResult(check, node.name, node.line, 0, n_unchecked, why, note=note))
+            continue
+        res = CheckResult(check, node.name, node.line, n_checked, n_unchecked, why, w_err[w], w_bound[w], w_ratio[w],
+                          w_at[w], n_failed, [], note)
+        w += 1
+        if n_failed:
+            mine = bad_idx[el.s[bad_idx] == i][:MAX_FAILURES]
+            # kq, kq_soft_max and kqv print one row per (head, query): the failing value's own line
+            lines = getattr(st.views[i], rows)
+            res.failures = [Failure(where(int(k)), float(el.got[k]), float(el.want[k]), float(bound[k]),
+                                    None if lines is None else int(lines[el.h[k], el.t[k]]))
+                            for k in mine]
+        if per_head:
+            res.by_head = {int(st.heads[k]): HeadFigures(int(h_n[i, k]), int(h_bad[i, k]),
+                                                         float(h_worst[i, k])) for k in range(n_h) if h_n[i, k]}
         out.append(res)
     return out
 

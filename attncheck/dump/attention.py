@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from .records import Node, NodeRef
 
@@ -98,9 +99,9 @@ class Site:
         return out[::-1]
 
 
-@dataclass(frozen=True)
-class SiteInfo:
-    """A Site as the checks keep it: sizes and node references, small and picklable (a worker process sends it)."""
+class SiteInfo(NamedTuple):
+    """A Site as the checks keep it: sizes and node references, small and picklable (a worker process sends it);
+    a NamedTuple, as one is made per site of every evaluation."""
 
     layer: int
     H: int

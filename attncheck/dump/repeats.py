@@ -205,9 +205,9 @@ def evaluations(spans: list[_Span], first_line: int, final: bool, runs: list[Run
     """A part's evaluations (cut by `cut` or `foreseen`; the first starts on first_line, after log text that started
     `runs`; final: they end the dump) made from their templates, as a Dump of the part would read them; None when
     any has none, or differs from it but in numbers. One compare of the whole text's skeleton vouches for each body:
-    the header lines are the template's, and
-    `_PREFIX` is in each of them once and in no body of the template, so where the skeletons are equal each header's
-    `_PREFIX` falls at the same place in both, and so does each body's skeleton."""
+    the header lines are the template's, and `_PREFIX` is in each of them once and in no body of the template, so
+    where the skeletons are equal each header's `_PREFIX` falls at the same place in both, and so does each body's
+    skeleton."""
     tpls = []
     for s in spans:
         t = _templates.get(s.key)

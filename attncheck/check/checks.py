@@ -9,7 +9,6 @@ not be and why, the worst error, the bound there, the factor the bound would hav
 from __future__ import annotations
 
 import math
-from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -99,7 +98,7 @@ def results(check: str, nodes: list, st: Stack, el: Elements, last: str, tol: To
     w_all = worst[worst >= 0]
     w_err, w_bound, w_ratio = err[w_all].tolist(), bound[w_all].tolist(), ratio[w_all].tolist()
     w_h, w_t, w_x = st.heads[el.h[w_all]].tolist(), st.queries[el.t[w_all]].tolist(), axis[el.x[w_all]].tolist()
-    w_at = list(map(Location, w_h, w_t, w_x) if last == "slot" else map(Location, w_h, w_t, repeat(None), w_x))
+    w_at = list(map(place, w_h, w_t, w_x))
     out = []
     bad_idx = np.flatnonzero(bad)
     w = 0  # the next site with a worst element

@@ -172,14 +172,15 @@ class DumpChecker:
         for p in pending:
             facts.append(site_facts(pinned.facts, p.view, pinned.extra))
             views.append(p.view if self.heads is None else select_heads(p.view, set(self.heads)))
+        under = [fingerprint(f) for f in facts]
         out: list[SiteReport | None] = [None] * len(views)
         failed: list[tuple[int, Under]] = []
         for idx, st in stacks(views, facts):
-            reports, bad = self._reports(st, [pending[i] for i in idx], factors)
+            reports, bad = self._reports(st, [pending[i] for i in idx], factors, [under[i] for i in idx])
             for k, sr in zip(idx, reports):
                 out[k] = sr
             failed += [(idx[k], u) for k, u in bad]
-        return out, failed, [fingerprint(f) for f in facts]  # type: ignore[return-value]
+        return out, failed, under  # type: ignore[return-value]
 
     def _factors(self) -> dict[str, tuple[float, float] | None]:
         """Each SCALE step's factor: from the model (the soft-cap around a TANH, q's pre-scale), else pinned on
@@ -212,9 +213,10 @@ class DumpChecker:
                 return 1.0 / cap
         return None
 
-    def _reports(self, st: Stack, pending: list[Pending], factors: dict) -> tuple[list[SiteReport], list[tuple[int, Under]]]:
+    def _reports(self, st: Stack, pending: list[Pending], factors: dict,
+                 under: list[tuple]) -> tuple[list[SiteReport], list[tuple[int, Under]]]:
         """The SiteReports of one stack, each check computed for all its sites at once, and the sites (by index in
-        the stack) whose softmax checks failed."""
+        the stack) whose softmax checks failed; under: each site's facts' fingerprint."""
         tol = self.tolerance
         P_nodes = [p.site.softmax for p in pending]
         O_nodes = [p.site.kqv or p.site.softmax for p in pending]
@@ -230,7 +232,7 @@ class DumpChecker:
             if self.heads is None:  # the views the run's pin scores: their failing rows, not found again there
                 bad = scoring.row_failures(st, els)
                 for k, p in enumerate(pending):
-                    self._rows[id(p.view)] = (fingerprint(st.facts[k]), bad[k])
+                    self._rows[id(p.view)] = (under[k], bad[k])
         rows_whole = st.rows_whole.sum(axis=1) * len(st.heads)
         finite = checks.finite_stack(st)
         out = []

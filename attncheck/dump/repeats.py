@@ -25,7 +25,7 @@ from .parts import Part
 from .names import COPIES, told_apart
 from .records import (GAP, MAX_HEADER, Node, RunStart, _HEADER_AT, _PRINTED_LINE, _ends_whole, _long_line,
                       _parse_header_at, _tokens)
-from .sample import _fast_skeleton, _NUMBER_CHARS, fits, prints_plainly
+from .sample import fits, in_layout, prints_plainly
 
 # deleted from an evaluation's text before it is compared: what differs between two prints of one layout (digits,
 # signs, blanks); '.', letters (nan, inf, log lines), brackets and newlines are kept, so lines and layout must agree
@@ -267,7 +267,7 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
         if n.quantized or n.ne[3] > 1 or not prints_plainly(n):
             special.append(i)
         # where a print's skeleton is its ne's, so is a repeat's: the skeletons differ in no more than _VARIES deletes
-        plain.append(not n.quantized and body.translate(None, _NUMBER_CHARS) == _fast_skeleton(n.ne))
+        plain.append(not n.quantized and in_layout(body, n.ne))
         lines.append(line - nodes[0].line)
         line += 1 + body.count(b"\n")  # its header line, then its body
     skeleton = s.text.translate(None, _VARIES)

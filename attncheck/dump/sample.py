@@ -273,17 +273,19 @@ def fits(node: Node) -> bool:
     return dots == marks or dots + body.count(b"nan") + body.count(b"inf") == marks
 
 
+def in_layout(body: bytes, ne: tuple[int, int, int, int]) -> bool:
+    """The body's skeleton (numbers, nan, inf and blanks deleted) is the one llama.cpp prints for this ne."""
+    return body.translate(None, _NUMBER_CHARS) == _fast_skeleton(ne)
+
+
 def _skeleton_fits(node: Node) -> bytes | None:
     """The body (without interleaved log lines) if its skeleton is the one printed for its ne, else None.
 
     Log lines hold letters the skeleton keeps, so the raw body is tried first and cleaned only when it differs."""
-    if node.plain:
-        return node.body
-    skeleton = _fast_skeleton(node.ne)
-    if node.body.translate(None, _NUMBER_CHARS) == skeleton:
+    if node.plain or in_layout(node.body, node.ne):
         return node.body
     body = _clean(node.body)
-    return body if body is not node.body and body.translate(None, _NUMBER_CHARS) == skeleton else None
+    return body if body is not node.body and in_layout(body, node.ne) else None
 
 
 @lru_cache(maxsize=1024)

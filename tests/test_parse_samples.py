@@ -6,6 +6,7 @@ The nodes are real ones from fixtures/; a property test rewrites the words of a 
 skeleton kept) with words of every kind a damaged or odd log can hold, since no real dump holds most of them."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from functools import lru_cache
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from attncheck.dump.graph import read_dump
 from attncheck.dump.sample import every_line_printed, parse_sample, parse_samples
+from attncheck.dump.words import words_as_floats
 from attncheck.errors import DumpError
 from conftest import FIXTURES
 
@@ -102,3 +104,38 @@ def test_every_line_printed_counts_as_it_searches(parts):
     every newline decides (a body's newlines are one more than those followed by a blank when it starts with one)."""
     body = b"".join(parts)
     assert every_line_printed(body) == (body.count(b"\n") == body.count(b"\n ") + body.startswith(b" "))
+
+
+_PRINT = re.compile(r"-?[0-9]{1,39}\.(?:[0-9]{4}|[0-9]{6})")
+
+
+def _reference(bodies: list[bytes]) -> tuple[list[float], list[int], list[bool]]:
+    """words_as_floats by its definition, word by word: the words parse_sample splits (standalone `...` and `sum`
+    left out), float() of each that is a finite `%12.4f` or `%f` print of at most 15 digits."""
+    values, counts, good = [], [], []
+    for body in bodies:
+        words = [w for w in body.translate(bytes.maketrans(b"[],=", b"    ")).split() if w not in (b"...", b"sum")]
+        counts.append(len(words))
+        for w in words:
+            ok = _PRINT.fullmatch(w.decode("latin-1")) is not None and len(w.lstrip(b"-")) - 1 <= 15
+            good.append(ok)
+            values.append(float(w) if ok else None)
+    return values, counts, good
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.from_regex(r"\A-?[0-9]{1,3}\.[0-9]{4}\Z"),  # %12.4f's, read by places
+                                   st.from_regex(r"\A-?[0-9]{1,16}\.[0-9]{4}([0-9]{2})?\Z"),
+                                   st.from_regex(r"\A[-.0-9]{1,4}\.[-.0-9]{4}\Z"),  # near misses of those
+                                   st.text("0123456789.-", min_size=1, max_size=10),
+                                   st.text("0123456789.-+e sumna,[]=\t\n", max_size=10)), max_size=30), max_size=4))
+def test_words_read_by_their_places_are_float(bodies):
+    """words.py reads words of 6 to 8 bytes by their places, in 8-byte windows: whether a word is a print, and its
+    value where it is, are what the definition gives, for words of any bytes in any place (a '-' or '.' out of place,
+    a digit before a shorter word, words at a body's edge)."""
+    texts = [" ".join(b).encode() for b in bodies]
+    want, counts, good = _reference(texts)
+    values, words, running = words_as_floats(texts)
+    assert words == counts
+    assert np.diff(running).astype(bool).tolist() == good
+    assert [v.hex() for v, ok in zip(values.tolist(), good) if ok] == [v.hex() for v in want if v is not None]

@@ -8,7 +8,7 @@ blanks changed, has that one's nodes, lines, sources and sites; only its numbers
 a `Template` per header text, learned from a part of the dump read the slow way that held nothing odd (no note, no cut,
 no error, no run start but in log text before its first header line or after its last print: `framed`), and makes a
 part's evaluations from templates when every one of them has one. The part is cut where the templates' header lines
-are (`foreseen`: one split at their prefix), else by searching it for headers as the slow way does (`cut`). Anything
+are (`foreseen`: on the lines the templates have them on), else by searching it for headers as the slow way does (`cut`). Anything
 else in a part, however small, sends the whole part the slow way, which reads it as before: what is read here is
 exactly what the slow way would read (tests/test_repeats.py).
 """
@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from itertools import repeat
+from functools import lru_cache
 from typing import NamedTuple
+
+import numpy as np
 
 from .attention import find_sites
 from .graph import Evaluation, graph_start
@@ -53,8 +55,7 @@ class Template(NamedTuple):
     told: tuple[tuple[int, tuple[int, ...]], ...]  # copies whose source is told apart by printed values: candidates
     key: bytes  # its header lines joined (what it is kept under)
     start: tuple  # graph.graph_start of its first node: where `cut` would cut before it
-    prefix: bytes  # what every header line starts with, up to its ':' (b"" when they differ: `foreseen` cannot cut)
-    rests: tuple[int, ...]  # bytes of each header line after the prefix, its newline included
+    heads: tuple[bytes, ...]  # each header line as printed, its newline included
     plain: tuple[bool, ...]  # per node: its body a clean print of its ne but for the numbers (Node.plain)
 
 
@@ -111,39 +112,37 @@ def cut(text: bytes) -> list[_Span] | None:
 
 
 def foreseen(text: bytes) -> list[_Span] | None:
-    """The part's evaluations, cut without searching the text for headers: split where the templates' header prefix
-    (`common_debug_cb_eval:`) is, each piece a header line's rest, its newline and its body. Every prefix but the
-    one at the part's first byte must start a line; a span's header lines must be a template's (the key), and its
-    evaluations all start with one graph_start, as `cut` would cut them. `evaluations` then asks of these spans what
-    it asks of `cut`'s, and then `cut` would have cut the same spans. None when a piece is not where a template's
-    header line would be (`cut` then searches)."""
+    """The part's evaluations, cut without searching the text for headers: each span a template's, whose header
+    lines are byte for byte on the lines the template has them on, counted from the span's first line, and all
+    spans of one graph start, as `cut` cuts. `evaluations` then asks each span's skeleton to be its template's;
+    then `_PREFIX` is in those header lines alone (`template` counted it in the skeleton), the slow way finds these
+    headers and no other, and `cut` would have cut the same spans. None when a line is not a template's header line
+    where one would be (`cut` then searches)."""
     if not _templates:
         return None
-    prefix = next(reversed(_templates.values())).prefix
-    if not prefix:
-        return None
-    pieces = text.split(prefix)
-    # the first prefix is the part's first byte, and each other starts a line: the piece before it ends one
-    if pieces[0] or not all(map(bytes.endswith, pieces[1:-1], repeat(b"\n"))):
-        return None
+    # [lines + 1] where each line starts, and where the text ends after its last newline
+    starts = np.concatenate(([0], np.flatnonzero(np.frombuffer(text, np.uint8) == 10) + 1))
     out: list[_Span] = []
-    k, at, start = 1, 0, None
-    while k < len(pieces):
+    k, at, start = 0, 0, None  # the span's first line and byte
+    while at < len(text):
         for t in reversed(_templates.values()):  # the most recently used first
-            n = len(t.rests)
-            if t.prefix == prefix and start in (None, t.start) and k + n <= len(pieces) \
-                    and pieces[k].startswith(t.key[len(prefix):len(prefix) + t.rests[0]]):
-                heads = [p[:r] for p, r in zip(pieces[k:k + n], t.rests)]
-                joined = prefix.join(heads)
-                if joined[-1:] == b"\n" and joined[:-1] == t.key[len(prefix):]:
+            if start in (None, t.start) and k + t.newlines < len(starts) and text.startswith(t.heads[0], at):
+                where = (starts[_rows(t.lines) + k]).tolist()  # each header line's first byte
+                if all(map(text.startswith, t.heads, where)):
                     break
         else:
             return None
-        size = sum(map(len, pieces[k:k + n])) + n * len(prefix)
-        bodies = [p[r:] for p, r in zip(pieces[k:k + n], t.rests)]
-        out.append(_Span(text[at:at + size], t.key, bodies, list(t.headers)))
-        k, at, start = k + n, at + size, t.start
+        end = int(starts[k + t.newlines])
+        bodies = [text[a + len(h):b] for h, a, b in zip(t.heads, where, where[1:] + [end])]
+        out.append(_Span(text[at:end], t.key, bodies, list(t.headers)))
+        k, at, start = k + t.newlines, end, t.start
     return out
+
+
+@lru_cache(maxsize=KEEP)
+def _rows(lines: tuple[int, ...]) -> np.ndarray:
+    """A template's header lines as an array, made once."""
+    return np.array(lines, np.int64)
 
 
 def framed(text: bytes, first_line: int, source: str) -> _Frame | None:
@@ -273,13 +272,14 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
     skeleton = s.text.translate(None, _VARIES)
     if skeleton.count(_PREFIX) != len(nodes):  # one in each header line and none in a body: see `evaluations`
         return None
-    h, header_lines = s.headers[0], s.key.split(b"\n")
-    prefix = header_lines[0][:header_lines[0].index(b":") + 1]
-    if not all(x.startswith(prefix) and x.count(prefix) == 1 for x in header_lines):
-        prefix = b""
+    heads, at = [], 0
+    for key_line, body in zip(s.key.split(b"\n"), s.bodies):  # `cut`'s key lines end where their newline is
+        heads.append(s.text[at:at + len(key_line) + 1])
+        at += len(heads[-1]) + len(body)
+    h = s.headers[0]
     return Template(tuple(s.headers), tuple(lines), tuple(inputs), skeleton, tuple(special), line - nodes[0].line,
-                    ev.layer_kinds(), tuple(told), s.key, graph_start(h[0], h[2], h[3][0]), prefix,
-                    tuple(len(x) - len(prefix) + 1 for x in header_lines), tuple(plain))
+                    ev.layer_kinds(), tuple(told), s.key, graph_start(h[0], h[2], h[3][0]), tuple(heads),
+                    tuple(plain))
 
 
 def keep(spans: list[_Span | None], learned: list[Template | None]) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 # parse_sample turns into spaces), 1 a digit, 2 '.', 3 '-', 4 any other byte
 _CLASSES = bytes(0 if c in b" \t\n\r\x0b\x0c[],=" else 1 if c in b"0123456789" else 2 if c == ord(".")
                  else 3 if c == ord("-") else 4 for c in range(256))
-_VALUE = bytes(c - ord("0") if c in b"0123456789" else 0 for c in range(256))  # a digit's value, 0 for the rest
+_VALUE = np.array([c - ord("0") if c in b"0123456789" else 0 for c in range(256)], np.uint8)  # a digit's value, else 0
 # a word's code: the sum over its bytes counts its '.' (units), '-' (64s) and other bytes (4096s), digits nothing;
 # unambiguous for words of at most _LONGEST bytes
 _CODE = np.array([0, 0, 1, 64, 4096], np.int64)
@@ -27,50 +27,60 @@ def words_as_floats(bodies: list[bytes]) -> tuple[np.ndarray, list[int], np.ndar
     less than 1000 in magnitude, read by their bytes' places from the word's end (_short); the rest byte by byte."""
     joined = b" " * _SHORT + b" ".join(bodies) + b" "  # blanks before: a short word's places are all in the text
     cls = np.frombuffer(joined.translate(_CLASSES), np.int8)
-    split = np.concatenate(([True], cls == 0))
-    starts = np.flatnonzero(split[:-1] & ~split[1:])  # in `joined`; every word ends before its last byte
-    length = np.flatnonzero(~split[:-1] & split[1:]) - starts
+    split = cls == 0
+    # where a word starts and where the blanks after it start, in turn: `joined` starts and ends with a blank
+    edges = np.flatnonzero(split[:-1] != split[1:]) + 1
+    starts = edges[0::2]
+    length = edges[1::2] - starts
     raw = np.frombuffer(joined, np.uint8)
     values = np.zeros(len(starts))
     good = np.zeros(len(starts), bool)
     short = np.flatnonzero((length >= 6) & (length <= _SHORT))
-    values[short], good[short] = _short(raw, starts[short] + length[short] - 1, length[short])
+    values[short], good[short] = _short(joined, starts[short] + length[short] - 1, length[short])
     three = np.flatnonzero(length == 3)
     a, b, c = (raw[starts[three] + k] for k in range(3))
     dropped = np.zeros(len(starts), bool)
     dropped[three] = ((a == ord(".")) & (b == ord(".")) & (c == ord("."))) | \
         ((a == ord("s")) & (b == ord("u")) & (c == ord("m")))
     rest = np.flatnonzero(~good & ~dropped)
-    values[rest], good[rest] = _any_words(joined, cls, starts[rest], length[rest])
+    values[rest], good[rest] = _any_words(raw, cls, starts[rest], length[rest])
     keep = ~dropped
     bounds = np.cumsum([_SHORT] + [len(b) + 1 for b in bodies])  # each body's first byte in `joined`
     words = np.diff(np.searchsorted(starts[keep], bounds)).tolist()
     return values[keep], words, np.concatenate(([0], np.cumsum(good[keep])))
 
 
-_SHORT = 8  # bytes: the longest word _short reads (-999.9999)
-_DIGIT = np.array([c - ord("0") if c in b"0123456789" else -1 for c in range(256)], np.int8)  # -1: not a digit
+_SHORT = 8  # bytes: the longest word _short reads (-999.9999), and the places of the window it reads each in
+# A word's window: its last 8 bytes (those before it for a shorter one) as a little-endian uint64, place 7 its last
+# byte, place 3 its '.'. XORed with _ZEROS, a digit's place holds its value (0-9) and any other byte's 10 or more,
+# which adding _TENS to the low 7 bits of each place (no carry out of it) marks in the place's high bit.
+_ZEROS, _LOW7, _TENS, _HIGH = (np.uint64(int.from_bytes(bytes([b]) * 8, "little")) for b in (0x30, 0x7F, 0x76, 0x80))
+_DOT = np.uint64(ord(".") << 24)
+_PLACE = np.uint64(0xFF)
+_FIRST = np.array([0, 0, 0, 0, 0, 0, 16, 8, 0], np.uint64)  # by length: the bit its first byte starts at
+_INSIDE = np.array([0] * 6 + [(1 << 64) - (1 << b) for b in (16, 8, 0)], np.uint64)  # by length: its places
+_DIGITS_AT = _INSIDE & np.uint64(int.from_bytes(bytes([0x80, 0x80, 0x80, 0, 0x80, 0x80, 0x80, 0x80]), "little"))
+_POWERS = np.array([1e6, 1e5, 1e4, 0, 1e3, 1e2, 1e1, 1])  # by place: its digit's power of ten in the mantissa
 
 
-def _short(raw: np.ndarray, last: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _short(joined: bytes, last: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Words of 6 to _SHORT bytes ending at `last`: each one's value, and whether it is -?D+.DDDD (then the value is
-    its mantissa, an exact integer, over 10^4, as _any_words computes it)."""
-    digit = [_DIGIT[raw[last - k]] for k in range(_SHORT)]  # the digit k places before the last byte (-1: none)
-    minus = raw[last - length + 1] == ord("-")  # its first byte
-    # places 0-3 and 5 digits, 4 the point; 6 and 7 digits where inside the word, or '-' as its first byte
-    ok = (digit[0] >= 0) & (digit[1] >= 0) & (digit[2] >= 0) & (digit[3] >= 0) & (raw[last - 4] == ord(".")) \
-        & (digit[5] >= 0)
-    mantissa = digit[0] + 10.0 * digit[1] + 100.0 * digit[2] + 1000.0 * digit[3] + 1e4 * digit[5]
-    for k in range(6, _SHORT):
-        inside = length > k
-        ok &= (digit[k] >= 0) | ~inside | (minus & (length == k + 1))
-        mantissa += np.where(inside, np.maximum(digit[k], 0), 0) * 10.0 ** (k - 1)
-    values = mantissa / _POW10[4]
+    its mantissa, an exact integer, over 10^4, as _any_words computes it). Each word's window is read in one
+    unaligned load, and its places tested all at once."""
+    windows = np.ndarray((len(joined) - 7,), "<u8", joined, strides=(1,))  # [bytes - 7] 8 bytes from each byte on
+    w = windows[last - 7]
+    x = w ^ _ZEROS
+    other = (((x & _LOW7) + _TENS) | x) & _HIGH  # a place's high bit: not a digit
+    minus = (length > 6) & ((w >> _FIRST[length]) & _PLACE == ord("-"))  # '-' first: one digit fewer before '.'
+    need = _DIGITS_AT[length] & ~(minus.astype(np.uint64) << (_FIRST[length] + np.uint64(7)))
+    ok = (w & (_PLACE << np.uint64(24)) == _DOT) & (other & need == 0)
+    digits = x & (((~other & _HIGH) >> np.uint64(7)) * _PLACE) & _INSIDE[length]  # each digit's value in its place
+    values = digits.astype("<u8", copy=False).view(np.uint8).reshape(-1, 8) @ _POWERS / 1e4
     np.negative(values, out=values, where=minus)
     return values, ok
 
 
-def _any_words(joined: bytes, cls: np.ndarray, starts: np.ndarray, length: np.ndarray
+def _any_words(raw: np.ndarray, cls: np.ndarray, starts: np.ndarray, length: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
     """Words of any kind, byte by byte: each one's value, and whether it is a print words_as_floats accepts."""
     if not len(starts):
@@ -91,7 +101,7 @@ def _any_words(joined: bytes, cls: np.ndarray, starts: np.ndarray, length: np.nd
             & (length - 1 - minus <= _EXACT_DIGITS))
     # each digit's power of ten in its word's mantissa: the digits after it, the '.' not counted
     power = np.repeat(last, length) - at - (at < np.repeat(dot_at, length))
-    digit = np.frombuffer(joined.translate(_VALUE), np.uint8)[inside]
+    digit = _VALUE[raw[inside]]
     mantissa = np.add.reduceat(digit * _POW10[np.clip(power, 0, len(_POW10) - 1)], first)
     values = mantissa / _POW10[np.clip(decimals, 0, len(_POW10) - 1)]
     np.negative(values, out=values, where=minus > 0)

@@ -19,8 +19,8 @@ from .gather import EvalData, Pending, gather
 from ..sites.heads import SiteView, Stack, Under, select_heads, stacks
 from .fits import inferred_scale
 from .hypotheses import pin
-from ..sites.resolve import site_facts
-from .scoring import FIXED, Known, Scored, fingerprint
+from ..sites.resolve import site_facts, sites_facts
+from .scoring import FIXED, Known, Scored, fingerprints
 
 MAX_BUFFERED = 20000  # sites of one run kept to pin its facts; past that, the rest of the run is checked as it comes
 EARLY = 64  # sites of a run after which its sites are checked as they come, under facts pinned on those (see Early)
@@ -155,8 +155,8 @@ class DumpChecker:
         done: list[SiteReport] = []
         failed: list[tuple[int, Under]] = []
         if e is not None and e.factors == factors and \
-                e.under == [fingerprint(site_facts(pinned.facts, p.view, pinned.extra))
-                            for p in self._pending[:len(e.reports)]]:
+                e.under == fingerprints(sites_facts(pinned.facts, [p.view for p in self._pending[:len(e.reports)]],
+                                                    pinned.extra)):
             done, failed = e.reports, e.failed
         reports, more, _ = self._check(self._pending[len(done):], pinned, factors)
         failed += [(len(done) + i, u) for i, u in more]
@@ -168,11 +168,9 @@ class DumpChecker:
     def _check(self, pending: list[Pending], pinned: Scored, factors: dict) -> tuple[list[SiteReport], list[tuple[int, Under]], list[tuple]]:
         """Sites checked under pinned facts, stack by stack (sites of one printed shape at once): their reports, the
         views whose softmax checks failed (by index, for the hint), and what each was checked under."""
-        views, facts = [], []
-        for p in pending:
-            facts.append(site_facts(pinned.facts, p.view, pinned.extra))
-            views.append(p.view if self.heads is None else select_heads(p.view, set(self.heads)))
-        under = [fingerprint(f) for f in facts]
+        facts = sites_facts(pinned.facts, [p.view for p in pending], pinned.extra)
+        views = [p.view if self.heads is None else select_heads(p.view, set(self.heads)) for p in pending]
+        under = fingerprints(facts)
         out: list[SiteReport | None] = [None] * len(views)
         failed: list[tuple[int, Under]] = []
         for idx, st in stacks(views, facts):

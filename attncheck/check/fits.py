@@ -13,7 +13,7 @@ from ..arch.facts import DEFAULT, INFERRED, AttentionFacts, Fact, Window
 from ..arch.header import inv_sqrt
 from . import checks
 from ..sites.heads import SiteView, Under, stacks
-from ..sites.resolve import Extra, site_facts
+from ..sites.resolve import Extra, site_facts, sites_facts
 from .scoring import Scored
 
 
@@ -21,7 +21,7 @@ def inferred_scale(views: list[SiteView], facts: AttentionFacts) -> tuple[float,
     """The scale the printed weights and scores give (pooled least squares over the run), and the rows used."""
     num = den = 0.0
     rows = 0
-    for _, st in stacks(views, [site_facts(facts, v) for v in views]):
+    for _, st in stacks(views, sites_facts(facts, views)):
         n, d, r = checks.infer_scale(st)
         num, den, rows = num + n, den + d, rows + r
     return (num / den, rows) if den > 0 else None
@@ -45,7 +45,7 @@ def fit_scale(views: list[SiteView], facts: AttentionFacts) -> FittedScale | Non
     lo: dict[int, float] = {}
     hi: dict[int, float] = {}
     rows: dict[int, int] = {}
-    for _, st in stacks(views, [site_facts(facts, v) for v in views]):
+    for _, st in stacks(views, sites_facts(facts, views)):
         got = _scale_intervals(st)
         if got is None:
             continue

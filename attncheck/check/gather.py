@@ -3,7 +3,7 @@ the printed steps between kq and SOFT_MAX, and the evaluation's layers. Small an
 process can gather evaluations while the parent pins facts and checks (verify.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..dump.attention import Site, SiteInfo
 from ..dump.graph import Evaluation
@@ -11,6 +11,7 @@ from ..dump.sample import Sample, parse_samples, parse_sample
 from ..errors import DumpError
 from . import steps
 from ..sites.heads import SiteView, site_view
+from ..sites.mask import Geometry
 
 
 @dataclass
@@ -45,10 +46,14 @@ class EvalData:
         if self.n_past is None and self.pending:
             raise DumpError(source, self.pending[0].site.softmax.line,
                             "cannot place this evaluation: an earlier one had no attention to count T")
+        placed: dict[Geometry, Geometry] = {}  # the evaluation's sites share a few geometries
         for p in self.pending:
             p.evaluation, p.run = self.index, self.run
-            if p.view.geometry.n_past != self.n_past:  # read in a part that did not start at the run's start
-                p.view = replace(p.view, geometry=replace(p.view.geometry, n_past=self.n_past))
+            g = p.view.geometry
+            if g.n_past != self.n_past:  # read in a part that did not start at the run's start
+                if g not in placed:
+                    placed[g] = Geometry(self.n_past, g.T, g.n_kv, g.cached)
+                p.view = p.view.placed(placed[g])
 
 
 def gather(ev: Evaluation, source: str, layers: frozenset[int] | None = None) -> EvalData:

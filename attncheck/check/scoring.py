@@ -10,7 +10,7 @@ import numpy as np
 from ..arch.facts import AttentionFacts
 from . import checks
 from ..sites.heads import SiteView, Stack, stacks
-from ..sites.resolve import Extra, site_facts
+from ..sites.resolve import Extra, sites_facts
 
 FIXED = ("option", "model", "log")
 
@@ -47,6 +47,12 @@ def fingerprint(f) -> tuple:
     return (f.kq_scale, f.causal, f.window, arr(f.slopes), arr(f.sinks), f.scale_err, arr(f.sink_err))
 
 
+def fingerprints(facts: list) -> list[tuple]:
+    """fingerprint of each of many SiteFacts, made once per object (sites_facts shares them between sites)."""
+    made = {id(f): fingerprint(f) for f in {id(f): f for f in facts}.values()}
+    return [made[id(f)] for f in facts]
+
+
 Known = dict  # id of a view → (fingerprint of the facts it was checked under, its failing rows [h, t])
 
 
@@ -58,10 +64,11 @@ def score(views: list[SiteView], facts: AttentionFacts, extra: Extra | None = No
     chosen = list(range(len(views))) if only is None else only
     per_view = [np.zeros(v.P.shape[:2], bool) for v in views]
     todo, todo_facts = [], []
-    for i in chosen:
-        f = site_facts(facts, views[i], extra)
+    resolved = sites_facts(facts, [views[i] for i in chosen], extra)
+    under = fingerprints(resolved) if known else [None] * len(chosen)
+    for i, f, u in zip(chosen, resolved, under):
         hit = known.get(id(views[i])) if known else None
-        if hit is not None and hit[0] == fingerprint(f):
+        if hit is not None and hit[0] == u:
             per_view[i] = hit[1]
         else:
             todo.append(i)

@@ -200,30 +200,40 @@ def parse_samples(nodes: list[Node]) -> list[Sample | None]:
     quantized node, a skeleton or a word it does not accept, a number of more than 15 digits, nan, inf), for
     parse_sample to parse or to name the damage, at the moment the caller would have parsed it."""
     bodies: list[bytes] = []
-    todo: list[tuple[int, int, int]] = []  # node index, words expected, words per i3 block
+    todo: list[int] = []  # the nodes whose bodies are parsed
     for i, node in enumerate(nodes):
-        n0, n1, n2, n3 = node.ne
+        n3 = node.ne[3]
         if node.quantized or n3 > 1 and n3 > node.body.count(b"sum"):
             continue
         body = _skeleton_fits(node)
         if body is not None:
-            per_block = _per_block(node.ne)
             bodies.append(body)
-            todo.append((i, n3 * (per_block + 1), per_block))
+            todo.append(i)
     out: list[Sample | None] = [None] * len(nodes)
     if not todo:
         return out
     values, words, good = words_as_floats(bodies)
-    w = 0
-    for (i, want, per_block), n_words in zip(todo, words):
-        if n_words == want and good[w + n_words] - good[w] == n_words:
-            ne = nodes[i].ne
-            numbers = values[w:w + n_words].reshape(ne[3], per_block + 1)
-            index = (np.arange(ne[3]), *_printed(ne[:3]))
-            out[i] = Sample(nodes[i], numbers[:, :per_block].reshape(ne[3], *map(len, index[1:])), index,
-                            tuple(numbers[:, -1].tolist()))
-        w += n_words
+    ends = np.cumsum(words)
+    starts = ends - words
+    # a node is parsed when it has the words its ne prints and each one is a print words_as_floats vouches for
+    want = [_sample_layout(nodes[i].ne)[0] for i in todo]
+    ok = ((ends - starts == want) & (good[ends] - good[starts] == want)).tolist()
+    for i, a, b, fine in zip(todo, starts.tolist(), ends.tolist(), ok):
+        if fine:
+            _, rows, per_block, shape, index = _sample_layout(nodes[i].ne)
+            numbers = values[a:b].reshape(rows, per_block + 1)
+            out[i] = Sample(nodes[i], numbers[:, :per_block].reshape(shape), index, tuple(numbers[:, -1].tolist()))
     return out
+
+
+@lru_cache(maxsize=1024)
+def _sample_layout(ne: tuple[int, int, int, int]) -> tuple[int, int, int, tuple[int, ...], tuple]:
+    """What a print of this ne holds: its words, its i3 blocks, the values in each, the values' shape, and the
+    printed indices (read-only, shared by the Samples of that shape)."""
+    index = (np.arange(ne[3]), *_printed(ne[:3]))
+    index[0].setflags(write=False)
+    per_block = _per_block(ne)
+    return ne[3] * (per_block + 1), ne[3], per_block, tuple(map(len, index)), index
 
 
 @lru_cache(maxsize=1024)

@@ -39,3 +39,17 @@ def site_facts(facts: AttentionFacts, view: SiteView, extra: Extra | None = None
     return SiteFacts(kq_scale=scale, causal=facts.causal.value, window=facts.window_for(site.layer),
                      slopes=alibi_slopes(mb, site.H) if mb else None, sinks=sinks,
                      scale_err=0.0 if extra is None else extra.scale_err, sink_err=err)
+
+
+def sites_facts(facts: AttentionFacts, views: list[SiteView], extra: Extra | None = None) -> list[SiteFacts]:
+    """site_facts of many views, resolved once per (layer, D_h, H), all it reads of a site: sites of one key share
+    one SiteFacts (a run's thousands of sites have a few dozen)."""
+    memo: dict[tuple, SiteFacts] = {}
+    out = []
+    for v in views:
+        key = (v.site.layer, v.site.D_h, v.site.H)
+        f = memo.get(key)
+        if f is None:
+            f = memo[key] = site_facts(facts, v, extra)
+        out.append(f)
+    return out

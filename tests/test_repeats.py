@@ -6,16 +6,21 @@ printed again with numbers that differ (their runs are one or two ubatches), and
 """
 from __future__ import annotations
 
+import gc
 import io
 import lzma
 import re
+import types
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from attncheck.check.gather import gather
 from attncheck.dump import pool, repeats
+from attncheck.dump.listing import listed
+from attncheck.dump.records import Node
 from attncheck.dump.parts import parts, start_of_graph
 from attncheck.dump.sample import _NUMBER_CHARS, _fast_skeleton
 
@@ -80,6 +85,30 @@ def test_templates_make_what_reading_gives(text, monkeypatch):
     assert made == 2
     assert fast == slow
     assert [len(p[0]) for p in fast] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("take", [gather, listed])
+def test_what_a_reader_keeps_holds_no_node(text, take):
+    """An evaluation made from a template hands its nodes back when its reader is done (repeats.release), and the
+    next evaluation of that template takes them with its own lines and bodies: what `check` (EvalData) and `list`
+    (Listed) keep of an evaluation must then hold no node, or the next would rewrite it. The third evaluation here
+    takes the second's nodes."""
+    repeats._templates.clear()
+    made = []
+    kept = []
+    for part in parts(io.BytesIO(text), size=1):
+        r = pool.gather_part(part, "dump.txt", None, lambda ev, *a: (made.append(ev.nodes[0]), take(ev, *a))[1])
+        kept.append(r)
+    assert made[2] is made[1] and made[1] is not made[0]  # taken again, not made again
+    seen, todo = set(), [kept]
+    while todo:
+        x = todo.pop()
+        if id(x) in seen or isinstance(x, (type, types.ModuleType, types.FunctionType)):
+            continue
+        seen.add(id(x))
+        assert not isinstance(x, Node), x.name
+        todo += gc.get_referents(x)
+    assert len(seen) > 1000  # the walk reached the kept views, steps and rows
 
 
 def test_foreseen_cuts_as_cut(text, monkeypatch):

@@ -46,6 +46,7 @@ class Evaluation:
     damaged_names: dict[str, int] = field(default_factory=dict)  # node name → line of its damaged header
     lost: list[int] = field(default_factory=list)  # lines of damaged headers: nodes missing whole from `nodes`
     kinds: dict[int, str] | None = None  # layer_kinds(), where it is known before (dump/repeats.py's templates)
+    template: bytes | None = None  # the key of the template it was made from, whose nodes it may hand back
 
     def __getstate__(self) -> dict:
         """What a worker process is sent (diff -j): the nodes without their links, as indices (a chain of inputs

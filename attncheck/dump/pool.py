@@ -56,7 +56,7 @@ def gather_part(part: Part, source: str, layers: frozenset[int] | None, take: Ta
             if spans is not None and not d.notes and d.runs == runs[:len(d.runs)] and len(learned) < len(spans):
                 learned.append(repeats.template(spans[len(learned)], ev))
             out.append(take(ev, source, layers))
-            ev.nodes.clear()
+            repeats.release(ev)
     except DumpError as e:
         error = e
     if spans is not None and error is None and not (d.notes or d.cut) and d.runs == runs and len(learned) == len(spans):

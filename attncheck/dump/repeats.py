@@ -80,6 +80,10 @@ class _Frame(NamedTuple):
 
 
 _templates: OrderedDict[bytes, Template] = OrderedDict()
+# per template, the nodes and sites of its last evaluation, handed back by their reader (`release`): the next
+# evaluation of that template takes them instead of making and linking its nodes and finding its sites again
+_spare: dict[bytes, tuple[Template, list[Node], tuple]] = {}
+SPARE = 2  # evaluations whose nodes a process keeps for reuse (each holds its bodies until then)
 
 
 def cut(text: bytes) -> list[_Span] | None:
@@ -217,30 +221,54 @@ def evaluations(spans: list[_Span], first_line: int, final: bool, runs: list[Run
     line, n_past = first_line, 0
     for k, (s, t) in enumerate(zip(spans, tpls)):
         _templates.move_to_end(s.key)
-        nodes = [Node(*h, line + at, body, line + at + 1, False, _UNLINKED, 0, plain)
-                 for h, at, body, plain in zip(t.headers, t.lines, s.bodies, t.plain)]
+        spare = _spare.pop(s.key, None)
+        if spare is not None and spare[0] is not t:  # handed back under a template learned anew since
+            spare = None
+        if spare is None:
+            nodes = [Node(*h, line + at, body, line + at + 1, False, _UNLINKED, 0, plain)
+                     for h, at, body, plain in zip(t.headers, t.lines, s.bodies, t.plain)]
+        else:  # the nodes of this template's last evaluation, which its reader handed back (`release`)
+            _, nodes, found = spare
+            for node, at, body, plain in zip(nodes, t.lines, s.bodies, t.plain):
+                node.line, node.body, node.body_line, node.plain = line + at, body, line + at + 1, plain
         if s.tail:  # log text after the print: reading gives it to the last node, and notes it unless the print fits
             nodes[-1].body += s.tail
             nodes[-1].plain = False
             if not fits(nodes[-1]):
                 return None
-        for node, (i0, i1) in zip(nodes, t.inputs):
-            node.inputs = (None if i0 < 0 else nodes[i0], None if i1 < 0 else nodes[i1])
-        for i, found in t.told:  # as names.py tells them apart, by this print's values
-            nodes[i].inputs = (told_apart(nodes[i], [nodes[c] for c in found]), nodes[i].inputs[1])
+        if spare is None:
+            for node, (i0, i1) in zip(nodes, t.inputs):
+                node.inputs = (None if i0 < 0 else nodes[i0], None if i1 < 0 else nodes[i1])
+            for i, told in t.told:  # as names.py tells them apart, by this print's values
+                nodes[i].inputs = (told_apart(nodes[i], [nodes[c] for c in told]), nodes[i].inputs[1])
+            found = find_sites(nodes)
         if final and k == len(spans) - 1 and not _ends_whole(nodes[-1].body, nodes[-1].quantized):
             return None  # the dump ends inside its last node: the slow way says so
         if not all(fits(nodes[i]) for i in t.special):
             return None
         # a copy told apart anew may lie on a chain find_sites walks: then the kinds are found again too
         ev = Evaluation(k, 0, k, n_past, runs[-1].tokens if runs else None, len(runs), nodes,
-                        kinds=None if t.told else t.kinds)
-        ev.sites, ev.flash, ev.other_softmax = find_sites(nodes)
+                        kinds=None if t.told else t.kinds, template=None if t.told else s.key)
+        ev.sites, ev.flash, ev.other_softmax = found
         T = ev.T
         n_past = None if T is None or n_past is None else n_past + T
         line += t.newlines
         out.append(ev)
     return out
+
+
+def release(ev: Evaluation) -> None:
+    """Its reader is done with an evaluation: one made from a template hands its nodes and sites back, for the next
+    evaluation of that template to take with its own lines and bodies (a template whose copies are told apart by
+    their values, whose links differ from print to print, keeps none). What a reader keeps of an evaluation must
+    hold no node (check/gather.py's EvalData, dump/listing.py's Listed)."""
+    if ev.template is None or ev.template not in _templates:
+        ev.nodes.clear()
+        return
+    _spare[ev.template] = (_templates[ev.template], ev.nodes, (ev.sites, ev.flash, ev.other_softmax))
+    while len(_spare) > SPARE:
+        _spare.pop(next(iter(_spare)))
+    ev.nodes, ev.sites, ev.flash, ev.other_softmax = [], [], [], []
 
 
 def template(s: _Span | None, ev: Evaluation) -> Template | None:

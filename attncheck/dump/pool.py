@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import io
-import itertools
 import multiprocessing
 import os
 import signal
@@ -119,14 +118,17 @@ class _Counted:
 def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take: Take,
              on_read: Callable[[bytes], None] | None = None) -> Iterator[PartResult]:
     """The parts' results in dump order: in this process (jobs 1, or a dump of one part, which no worker could
-    share) or a pool of `jobs` workers, a few parts ahead. on_read: told of each block of a stream that could not be
-    cut in parts (read here, as it comes)."""
+    share) or a pool of `jobs` workers, a few parts ahead, after the first part is read here (else each worker would
+    read the first evaluation it gets node by node, to learn what the first part teaches). on_read: told of each
+    block of a stream that could not be cut in parts (read here, as it comes)."""
     todo = parts(stream)
     if jobs > 1:
         first = next(todo, None)
         if first is None or first.final:
             jobs = 1
-        todo = itertools.chain([first] if first is not None else [], todo)
+            todo = iter([first] if first is not None else [])
+        else:  # read here: the workers, forked after, start with the templates it taught (dump/repeats.py)
+            yield gather_part(first, source, layers, take)
     if jobs <= 1:
         for part in todo:
             if part.stream is not None and on_read is not None:

@@ -8,9 +8,10 @@ blanks changed, has that one's nodes, lines, sources and sites; only its numbers
 a `Template` per header text, learned from a part of the dump read the slow way that held nothing odd (no note, no cut,
 no error, no run start but in log text before its first header line or after its last print: `framed`), and makes a
 part's evaluations from templates when every one of them has one. The part is cut where the templates' header lines
-are (`foreseen`: on the lines the templates have them on), else by searching it for headers as the slow way does (`cut`). Anything
-else in a part, however small, sends the whole part the slow way, which reads it as before: what is read here is
-exactly what the slow way would read (tests/test_repeats.py).
+are (`foreseen`: on the lines the templates have them on), else by searching it for headers as the slow way does
+(`cut`). Anything else in a part, however small, sends the whole part the slow way, which reads it as before: what
+is read here is exactly what the slow way would read (tests/test_repeats.py). An evaluation made here hands its
+nodes back once read (`release`), for the next of its template to take.
 """
 from __future__ import annotations
 
@@ -304,6 +305,8 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
     for key_line, body in zip(s.key.split(b"\n"), s.bodies):  # `cut`'s key lines end where their newline is
         heads.append(s.text[at:at + len(key_line) + 1])
         at += len(heads[-1]) + len(body)
+    if at != len(s.text):  # a header line the text ends in, with no newline
+        return None
     h = s.headers[0]
     return Template(tuple(s.headers), tuple(lines), tuple(inputs), skeleton, tuple(special), line - nodes[0].line,
                     ev.layer_kinds(), tuple(told), s.key, graph_start(h[0], h[2], h[3][0]), tuple(heads),

@@ -3,7 +3,8 @@ of it one after another (313 MB), of `diff` of the dump with itself, with one pr
 `check --model`.
 
 Figures are ratios against a baseline run in the same script (a bare Python line count of the same file),
-because these machines are noisy; each command runs as its own subprocess, best of --repeat runs.
+because these machines are noisy; each command runs as its own subprocess, best of --repeat runs, and the commands
+of one dump are run in turn, round after round, so that a slow minute falls on all of them alike.
 """
 from __future__ import annotations
 
@@ -104,29 +105,43 @@ def line(label: str, run: tuple[float, float, int], base: float, start: float, s
             f"peak memory {run[1]:6.0f} MB  {sites / max(wall, 1e-9):7.0f} sites/s  exit {run[2]}")
 
 
-def bench_dump(dump: Path, repeat: int, start: float, jobs: int) -> tuple[float, int, float]:
-    """Line count, attncheck -j 1 and -j jobs on one dump; returns check's -j jobs wall time, the worst exit code and
-    the line count's time."""
+def measure_in_turn(cmds: dict[str, list[str]], repeat: int) -> dict[str, tuple[float, float, int]]:
+    """measure() of several commands taken in turn, round after round, so that a slow minute of a noisy machine falls
+    on all of them alike and their ratios hold (one command's runs back to back can all land in one)."""
+    best = {k: (float("inf"), 0) for k in cmds}
+    for _ in range(repeat):
+        for k, cmd in cmds.items():
+            best[k] = min(best[k], _run(cmd, None, None))
+    out = {}
+    for k, cmd in cmds.items():
+        peak = [0.0]
+        _run(cmd, None, peak)
+        out[k] = (best[k][0], peak[0], best[k][1])
+    return out
+
+
+def bench_dump(dump: Path, repeat: int, jobs: int) -> tuple[float, int, float, float]:
+    """Start-up, line count, attncheck check and list with -j 1 and -j jobs on one dump, in turn; returns check's
+    -j jobs wall time, the worst exit code, the line count's time and the start-up."""
     doc = json.loads(subprocess.run([sys.executable, "-m", "attncheck", "check", str(dump), "--json", "-"],
                                     capture_output=True, text=True).stdout)
     t, sites = doc["totals"], doc["totals"]["sites"]
-    base = measure([sys.executable, "-c", BASELINE, str(dump)], repeat)
-    one = measure([sys.executable, "-m", "attncheck", "check", str(dump), "--quiet", "-j", "1"], repeat)
-    every = measure([sys.executable, "-m", "attncheck", "check", str(dump), "--quiet", "-j", str(jobs)], repeat)
+    cmds = {"start": [sys.executable, "-m", "attncheck", "--version"],
+            "base": [sys.executable, "-c", BASELINE, str(dump)]}
+    for j in (1, jobs):
+        cmds[f"check -j {j}"] = [sys.executable, "-m", "attncheck", "check", str(dump), "--quiet", "-j", str(j)]
+        cmds[f"list -j {j}"] = [sys.executable, "-m", "attncheck", "list", str(dump), "--json", os.devnull, "-j", str(j)]
+    got = measure_in_turn(cmds, repeat)
+    start, base = got["start"][0], got["base"]
     print(f"{dump.name}: {dump.stat().st_size / 1e6:.1f} MB, {doc['evaluations']} evaluations, {sites} sites; "
           f"{t['softmax_rows_checked']} softmax rows, {t['softmax_ratio_elements_checked']} weight ratios, "
           f"{t['masked_weights_checked']} masked weights, {t['kqv_elements_checked']} kqv elements; "
           f"verdict {doc['verdict']}")
+    print(f"  {'start-up (--version)':<24} {start:7.3f} s")
     print(f"  {'bare line count':<24} {base[0]:7.3f} s  peak memory {base[1]:6.0f} MB")
-    print(line("attncheck check -j 1", one, base[0], start, sites))
-    print(line(f"attncheck check -j {jobs}", every, base[0], start, sites))
-    codes = [one[2], every[2]]
-    for j in (1, jobs):
-        listed = measure([sys.executable, "-m", "attncheck", "list", str(dump), "--json", os.devnull, "-j", str(j)],
-                         repeat)
-        print(line(f"attncheck list -j {j}", listed, base[0], start, sites))
-        codes.append(listed[2])
-    return every[0], max(codes), base[0]
+    for k in ("check -j 1", f"check -j {jobs}", "list -j 1", f"list -j {jobs}"):
+        print(line(f"attncheck {k}", got[k], base[0], start, sites))
+    return got[f"check -j {jobs}"][0] - start, max(v[2] for k, v in got.items() if k != "start"), base[0], start
 
 
 def bench_diff(dump: Path, repeat: int, start: float, jobs: int, base: float) -> int:
@@ -156,16 +171,14 @@ def main() -> int:
         return 2
     dump = unpack(src) if src.suffix == ".xz" else src
     jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    start = measure([sys.executable, "-m", "attncheck", "--version"], args.repeat)[0]
-    print(f"start-up (attncheck --version): {start:.3f} s; {jobs} cores; times are the best of {args.repeat} runs, "
-          "each command in its own process, ratios against a bare Python line count of the same file")
-    small, code, base = bench_dump(dump, args.repeat, start, jobs)
+    print(f"{jobs} cores; times are the best of {args.repeat} runs, each command in its own process, the commands of "
+          "one dump in turn; ratios against a bare Python line count of the same file, after start-up")
+    small, code, base, start = bench_dump(dump, args.repeat, jobs)
     if args.copies > 1:
         big = concatenated(dump, args.copies)
-        large, code_big, _ = bench_dump(big, max(1, args.repeat // 2), start, jobs)
+        large, code_big, _, _ = bench_dump(big, args.repeat, jobs)
         code = max(code, code_big)
-        print(f"growth: x{(large - start) / max(small - start, 1e-9):.2f} the time (minus start-up) for "
-              f"x{args.copies} the input")
+        print(f"growth: x{large / max(small, 1e-9):.2f} the time (minus start-up) for x{args.copies} the input")
     code = max(code, bench_diff(dump, max(1, args.repeat // 2), start, jobs, base))
     code = max(code, model_bench(args.repeat))
     return 0 if code == 0 else 1

@@ -3,16 +3,42 @@ at evaluation starts (dump/parts.py) and their evaluations taken in dump order w
 and n_past (dump/pool.py)."""
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 
 import attncheck
 from attncheck.dump import parts as parts_module
+from attncheck.dump import pool as pool_module
 from conftest import FIXTURES, attncheck as run
 from dumpedit import DumpEdit
 
 DUMPS = sorted(p.name for p in FIXTURES.glob("*.txt")) + sorted(f"arch/{p.name}" for p in (FIXTURES / "arch").glob("*.txt"))
+
+
+@pytest.fixture(autouse=True)
+def workers_at_any_size(monkeypatch):
+    """-j 2 reads a small file in one process (dump/pool.py's SERIAL); the tests here read small files in workers."""
+    monkeypatch.setattr(pool_module, "SERIAL", 0)
+
+
+def test_a_small_file_is_read_in_this_process(tmp_path, monkeypatch):
+    """Below SERIAL bytes a file is read without workers whatever -j says (they do not pay for themselves there);
+    at SERIAL and above, and from a stream of any size, -j 2 starts them."""
+    path = tmp_path / "runs.txt"
+    path.write_bytes((FIXTURES / "gpt2-long.txt").read_bytes() * 4)
+    monkeypatch.setattr(parts_module, "PART", 3000)
+    pools = []
+    real = pool_module.worker_pool
+    monkeypatch.setattr(pool_module, "worker_pool", lambda jobs: pools.append(jobs) or real(jobs))
+    whole = report(path, jobs=1)
+    monkeypatch.setattr(pool_module, "SERIAL", path.stat().st_size + 1)
+    assert report(path, jobs=2) == whole and pools == []
+    monkeypatch.setattr(pool_module, "SERIAL", path.stat().st_size)
+    assert report(path, jobs=2) == whole and pools == [2]
+    doc = attncheck.verify(io.BytesIO(path.read_bytes()), attncheck.Options(jobs=2)).to_dict()  # a stream
+    assert pools == [2, 2] and doc["sites"] == whole["sites"]
 
 
 def report(path, monkeypatch=None, part=None, jobs=1) -> dict:

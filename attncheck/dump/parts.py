@@ -108,6 +108,12 @@ def parts(stream: BinaryIO, size: int | None = None) -> Iterator[Part]:
         yield from _stream_parts(stream, size or PART)
 
 
+def regular_size(stream: BinaryIO) -> int | None:
+    """The size of a stream that is a whole regular file read from its start (`parts` cuts it in a map), else None."""
+    path = _regular_file(stream)
+    return os.path.getsize(path) if path is not None else None
+
+
 def _regular_file(stream: BinaryIO) -> str | None:
     """The path of a stream that is a whole regular file read from its start, when that path still names it."""
     try:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 from . import repeats
 from .graph import Dump, Evaluation
-from .parts import Part, parts
+from .parts import Part, parts, regular_size
 from .records import NodeRef, Note, RunStart
 from ..errors import DumpError
 
@@ -36,6 +36,10 @@ class PartResult:
 
 
 Take = Callable[[Evaluation, str, "frozenset[int] | None"], Any]  # what a worker keeps of each evaluation
+# bytes: a regular file smaller is read in this process whatever -j says. On 2 cores two workers read the 35 MB
+# benchmark dump no faster than one process (docs/benchmarks.md): the parent, which checks, shares the cores with
+# them, and each part's results are sent back; less input pays even less for that
+SERIAL = 64 << 20
 
 
 def gather_part(part: Part, source: str, layers: frozenset[int] | None, take: Take) -> PartResult:
@@ -117,10 +121,13 @@ class _Counted:
 
 def gathered(stream, source: str, layers: frozenset[int] | None, jobs: int, take: Take,
              on_read: Callable[[bytes], None] | None = None) -> Iterator[PartResult]:
-    """The parts' results in dump order: in this process (jobs 1, or a dump of one part, which no worker could
-    share) or a pool of `jobs` workers, a few parts ahead, after the first part is read here (else each worker would
-    read the first evaluation it gets node by node, to learn what the first part teaches). on_read: told of each
-    block of a stream that could not be cut in parts (read here, as it comes)."""
+    """The parts' results in dump order: in this process (jobs 1, a file of less than SERIAL bytes, or a dump of one
+    part, which no worker could share) or a pool of `jobs` workers, a few parts ahead, after the first part is read
+    here (else each worker would read the first evaluation it gets node by node, to learn what the first part
+    teaches). on_read: told of each block of a stream that could not be cut in parts (read here, as it comes)."""
+    size = regular_size(stream) if jobs > 1 else None
+    if size is not None and size < SERIAL:
+        jobs = 1
     todo = parts(stream)
     if jobs > 1:
         first = next(todo, None)

@@ -21,6 +21,7 @@ PART = 2 << 20  # bytes: big enough that a part's work dwarfs sending it to a wo
 LATER = 512 << 10  # bytes: the parts after the first, at most; smaller parts let more of them be made from templates
 BLOCK = 8 << 20
 HOLD = 16 << 20  # bytes of a stream held while no evaluation start to cut at comes
+WINDOW = 64 << 10  # bytes either side of where the previous part's length puts the next cut, searched first
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)  # Linux, macOS; elsewhere the map's pages stay until it closes
 _FIRST_HEADER = re.compile(rb"(?m)^[^\n]*?_debug(?:_cb_eval)?: [^\n]*$")
 # a header up to its first source's ne: `...: name = (type)    OP(src0{ne}`
@@ -132,17 +133,29 @@ def _file_parts(stream: BinaryIO, path: str, size: int) -> Iterator[Part]:
         start = start_of_graph(mm[:BLOCK])
         total, line, pos = len(mm), 1, 0
         floor = mm.find(start) + 1 if start is not None else 0
-        released = 0
+        released, last = 0, None  # last: the previous part's length
         while start is not None and total - pos > size:
-            cut = mm.find(b"\n" + start, max(pos + size, floor))
+            cut = _next_cut(mm, b"\n" + start, max(pos + size, floor), None if last is None else pos + last - 1)
             if cut < 0:
                 break
             cut += 1
             yield Part(None, line, False, path, (pos, cut))
             line += int(np.count_nonzero(np.frombuffer(mm, np.uint8, cut - pos, pos) == 10))
-            pos, size = cut, min(size, LATER)
+            pos, size, last = cut, min(size, LATER), cut - pos
             released = _release(mm, released, pos)
         yield Part(None, line, True, path, (pos, total))
+
+
+def _next_cut(buf, needle: bytes, lo: int, guess: int | None) -> int:
+    """Where the next part starts (the newline before it; -1 when no evaluation starts at or after lo): in a window
+    around `guess`, where the previous part's length puts it (the evaluations of one graph print alike in length),
+    else the first at or after lo. Either is an evaluation start, and a part holds whole evaluations wherever it is
+    cut; the window spares searching most of the part's bytes a second time (its reader reads them anyway)."""
+    if guess is not None and guess + WINDOW >= lo:
+        at = buf.find(needle, max(lo, guess - WINDOW), guess + WINDOW + len(needle))
+        if at >= 0:
+            return at
+    return buf.find(needle, lo)
 
 
 def _release(mm: mmap.mmap, released: int, upto: int) -> int:
@@ -161,6 +174,7 @@ def _stream_parts(stream: BinaryIO, size: int) -> Iterator[Part]:
     line = 1
     start: bytes | None = None
     floor = 0
+    last = None  # the previous part's length
     while True:
         block = stream.read(BLOCK)
         buf += block
@@ -169,13 +183,15 @@ def _stream_parts(stream: BinaryIO, size: int) -> Iterator[Part]:
             # the dump's first evaluation is not a cut: a first part of log lines alone would hold no dump
             floor = buf.find(start) + 1 if start is not None else 0
         while start is not None and len(buf) > size:
-            cut = buf.find(b"\n" + start, max(size, floor))
+            if block and last is not None and len(buf) < last + WINDOW + len(start):
+                break  # the window a file is cut in is not all read yet: cut where a file of these bytes is cut
+            cut = _next_cut(buf, b"\n" + start, max(size, floor), None if last is None else last - 1)
             if cut < 0:
                 break
             cut += 1
             yield Part(buf[:cut], line, False)
             line += buf.count(b"\n", 0, cut)
-            buf, floor, size = buf[cut:], 0, min(size, LATER)
+            buf, floor, size, last = buf[cut:], 0, min(size, LATER), cut
         if not block:
             yield Part(buf, line, True)
             return

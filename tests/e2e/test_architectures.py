@@ -62,13 +62,16 @@ def models(tmp_path_factory) -> Path:
 
 
 def dump(models: Path, name: str, prompt: str, *flags: str, into: Path) -> Path:
-    """A real llama.cpp run's merged output, made again while its tail was cut inside attention."""
+    """A real llama.cpp run's merged output, made again while its tail was cut inside attention, or, for a model with
+    MoE routers, before its last router's print (llama.cpp's logger loses the tail of its output at exit: deepseek2's
+    only router is in its last layer, and a router never printed is none attncheck could report)."""
     path = into / f"{name}-{len(prompt)}-{'-'.join(f.strip('-') for f in flags)}.txt"
     for _ in range(ATTEMPTS):
         with open(path, "wb") as f:
             subprocess.run([BIN, "-m", str(models / f"{name}.gguf"), "-p", prompt, "-t", "2", "--seed", "1", *flags],
                            stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=300, check=True)
-        if "the dump ends" not in check([path])[2]:
+        _, docs, err = check([path])
+        if "the dump ends" not in err and not (name in ROUTERS and docs and not docs[0]["other_softmax"]):
             break
     return path
 

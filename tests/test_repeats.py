@@ -112,8 +112,9 @@ def test_what_a_reader_keeps_holds_no_node(text, take):
 
 
 def test_foreseen_cuts_as_cut(text, monkeypatch):
-    """Once a template is known, `foreseen` cuts a repeat of it (split at header prefixes, not searched) into the
-    spans `cut` gives, field for field; a part it cannot vouch for (a log line first) it leaves to `cut`."""
+    """Once a template is known, `foreseen` cuts a repeat of it (its header lines found on the template's lines, not
+    searched for) into the spans `cut` gives, field for field; a part it cannot vouch for (a log line first) it
+    leaves to `cut`."""
     read(text, True, monkeypatch)  # learns the template
     third = text[_starts(text)[-1]:]
     assert repeats.foreseen(third) == repeats.cut(third)

@@ -183,7 +183,7 @@ def _stream_parts(stream: BinaryIO, size: int) -> Iterator[Part]:
             # the dump's first evaluation is not a cut: a first part of log lines alone would hold no dump
             floor = buf.find(start) + 1 if start is not None else 0
         while start is not None and len(buf) > size:
-            if block and last is not None and len(buf) < last + WINDOW + len(start):
+            if block and last is not None and len(buf) < last + WINDOW + len(start) <= HOLD:
                 break  # the window a file is cut in is not all read yet: cut where a file of these bytes is cut
             cut = _next_cut(buf, b"\n" + start, max(size, floor), None if last is None else last - 1)
             if cut < 0:

@@ -68,13 +68,23 @@ def measure(cmd: list[str], repeat: int, out: Path | None = None) -> tuple[float
     script between fork and exec), and the exit code of the fastest run; stdout and stderr to `out` if given. The
     timed runs are not sampled: reading smaps_rollup every 5 ms costs the kernel a walk of the page tables each
     time, which took a minute and more of system time from the cores the measured runs need."""
-    best = (float("inf"), 0)
+    return measure_in_turn({"": cmd}, repeat, out)[""]
+
+
+def measure_in_turn(cmds: dict[str, list[str]], repeat: int,
+                    out: Path | None = None) -> dict[str, tuple[float, float, int]]:
+    """measure() of several commands taken in turn, round after round, so that a slow minute of a noisy machine falls
+    on all of them alike and their ratios hold (one command's runs back to back can all land in one)."""
+    best = {k: (float("inf"), 0) for k in cmds}
     for _ in range(repeat):
-        wall, code = _run(cmd, out, None)
-        best = min(best, (wall, code))
-    peak = [0.0]
-    _run(cmd, out, peak)
-    return best[0], peak[0], best[1]
+        for k, cmd in cmds.items():
+            best[k] = min(best[k], _run(cmd, out, None))
+    got = {}
+    for k, cmd in cmds.items():
+        peak = [0.0]
+        _run(cmd, out, peak)
+        got[k] = (best[k][0], peak[0], best[k][1])
+    return got
 
 
 def _run(cmd: list[str], out: Path | None, peak: list[float] | None) -> tuple[float, int]:
@@ -103,21 +113,6 @@ def line(label: str, run: tuple[float, float, int], base: float, start: float, s
     wall = run[0] - start
     return (f"  {label:<24} {run[0]:7.3f} s  (minus start-up {wall:7.3f} s = {wall / base:5.2f}x the line count)  "
             f"peak memory {run[1]:6.0f} MB  {sites / max(wall, 1e-9):7.0f} sites/s  exit {run[2]}")
-
-
-def measure_in_turn(cmds: dict[str, list[str]], repeat: int) -> dict[str, tuple[float, float, int]]:
-    """measure() of several commands taken in turn, round after round, so that a slow minute of a noisy machine falls
-    on all of them alike and their ratios hold (one command's runs back to back can all land in one)."""
-    best = {k: (float("inf"), 0) for k in cmds}
-    for _ in range(repeat):
-        for k, cmd in cmds.items():
-            best[k] = min(best[k], _run(cmd, None, None))
-    out = {}
-    for k, cmd in cmds.items():
-        peak = [0.0]
-        _run(cmd, None, peak)
-        out[k] = (best[k][0], peak[0], best[k][1])
-    return out
 
 
 def bench_dump(dump: Path, repeat: int, jobs: int) -> tuple[float, int, float, float]:

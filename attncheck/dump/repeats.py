@@ -56,7 +56,7 @@ class Template(NamedTuple):
     told: tuple[tuple[int, tuple[int, ...]], ...]  # copies whose source is told apart by printed values: candidates
     key: bytes  # its header lines joined (what it is kept under)
     start: tuple  # graph.graph_start of its first node: where `cut` would cut before it
-    heads: tuple[bytes, ...]  # each header line as printed, its newline included
+    heads: tuple[bytes, ...]  # each header line as printed, its newline included (a key line and its newline)
     plain: tuple[bool, ...]  # per node: its body a clean print of its ne but for the numbers (Node.plain)
 
 
@@ -301,16 +301,10 @@ def template(s: _Span | None, ev: Evaluation) -> Template | None:
     skeleton = s.text.translate(None, _VARIES)
     if skeleton.count(_PREFIX) != len(nodes):  # one in each header line and none in a body: see `evaluations`
         return None
-    heads, at = [], 0
-    for key_line, body in zip(s.key.split(b"\n"), s.bodies):  # `cut`'s key lines end where their newline is
-        heads.append(s.text[at:at + len(key_line) + 1])
-        at += len(heads[-1]) + len(body)
-    if at != len(s.text):  # a header line the text ends in, with no newline
-        return None
     h = s.headers[0]
+    heads = tuple(x + b"\n" for x in s.key.split(b"\n"))  # `cut`'s key lines end where their newline is
     return Template(tuple(s.headers), tuple(lines), tuple(inputs), skeleton, tuple(special), line - nodes[0].line,
-                    ev.layer_kinds(), tuple(told), s.key, graph_start(h[0], h[2], h[3][0]), tuple(heads),
-                    tuple(plain))
+                    ev.layer_kinds(), tuple(told), s.key, graph_start(h[0], h[2], h[3][0]), heads, tuple(plain))
 
 
 def keep(spans: list[_Span | None], learned: list[Template | None]) -> None:

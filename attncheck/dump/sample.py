@@ -213,14 +213,15 @@ def parse_samples(nodes: list[Node]) -> list[Sample | None]:
     if not todo:
         return out
     values, words, good = words_as_floats(bodies)
-    ends = np.cumsum(words)
-    starts = ends - words
+    count = np.asarray(words)
+    ends = np.cumsum(count)
+    starts = ends - count
+    layouts = [_sample_layout(nodes[i].ne) for i in todo]
+    want = [layout[0] for layout in layouts]
     # a node is parsed when it has the words its ne prints and each one is a print words_as_floats vouches for
-    want = [_sample_layout(nodes[i].ne)[0] for i in todo]
-    ok = ((ends - starts == want) & (good[ends] - good[starts] == want)).tolist()
-    for i, a, b, fine in zip(todo, starts.tolist(), ends.tolist(), ok):
+    ok = ((count == want) & (good[ends] - good[starts] == want)).tolist()
+    for i, a, b, fine, (_, rows, per_block, shape, index) in zip(todo, starts.tolist(), ends.tolist(), ok, layouts):
         if fine:
-            _, rows, per_block, shape, index = _sample_layout(nodes[i].ne)
             numbers = values[a:b].reshape(rows, per_block + 1)
             out[i] = Sample(nodes[i], numbers[:, :per_block].reshape(shape), index, tuple(numbers[:, -1].tolist()))
     return out

@@ -15,6 +15,7 @@ from collections import deque
 from functools import lru_cache
 from typing import BinaryIO
 
+from ..dump.pipe import PAUSE, SMALL, enlarge
 from ..errors import DumpError, ModelError
 
 BINARY = "llama-eval-callback"
@@ -113,6 +114,8 @@ class Tee:
         self._head: list[bytes] = []  # the first lines: a 2024 build says what it refused, then prints its usage
         self._head_lines = tail_lines
         self._eof = False
+        self._small = False  # the last read found less than SMALL bytes: the next waits PAUSE (dump/pipe.py)
+        enlarge(self._fd)
         self.name = BINARY
         self.stalled: DumpError | None = None
 
@@ -141,11 +144,15 @@ class Tee:
     def _next(self, n: int, wait: float | None) -> bytes | None:
         """Up to n bytes; None when `wait` passed without any; b"" at the end (the pipe closed, a stall, or the
         process gone GRACE seconds while something else holds the pipe)."""
+        if self._small:  # llama.cpp writes each number on its own: let the pipe fill rather than wake per write
+            time.sleep(PAUSE)
         quiet_since = exited = time.monotonic()
         while True:
             ready, _, _ = select.select([self._fd], [], [], min(wait, 1.0) if wait is not None else 1.0)
             if ready:
-                return os.read(self._fd, n)
+                data = os.read(self._fd, n)
+                self._small = len(data) < SMALL
+                return data
             now = time.monotonic()
             if wait is not None and now - quiet_since >= wait:
                 return None

@@ -287,10 +287,12 @@ def read_dump(source: str | BinaryIO = "-", name: str | None = None) -> Dump:
     """Open a dump: a path, '-' for stdin, or a binary file object. Reading happens as evaluations are iterated."""
     import sys
 
+    from .pipe import paced
+
     if hasattr(source, "read"):
         return Dump(source, name or getattr(source, "name", "<stream>"))  # type: ignore[arg-type]
     if source == "-":
-        return Dump(sys.stdin.buffer, name or "<stdin>")
+        return Dump(paced(sys.stdin.buffer), name or "<stdin>")  # a pipe is read in few, large reads
     try:
         return Dump(open(source, "rb"), name or str(source))
     except OSError as e:

@@ -125,7 +125,7 @@ def row_lines(node: Node) -> np.ndarray:
     skips them."""
     k = _first_rows(node.ne)
     body = node.body
-    if not body or every_line_printed(body):
+    if node.plain or not body or every_line_printed(body):  # plain: parsed whole, as a clean print (repeats.py)
         return node.body_line + k
     offsets = [o for o, raw in enumerate(body.split(b"\n")) if raw[:1].isspace() or raw[:1] in (b"[", b"]")]
     return np.array([node.body_line + offsets[i] if i < len(offsets) else -1 for i in k.ravel()]).reshape(k.shape)

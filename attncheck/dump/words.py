@@ -25,7 +25,8 @@ def words_as_floats(bodies: list[bytes]) -> tuple[np.ndarray, list[int], np.ndar
     IEEE division rounds as float() does. The words parse_sample removes, `...` and `sum`, are left out when they
     stand alone; within another word they make it one this pass does not accept. Most words are `%12.4f` prints of
     less than 1000 in magnitude, read by their bytes' places from the word's end (_short); the rest byte by byte."""
-    joined = b" " * _SHORT + b" ".join(bodies) + b" "  # blanks before: a short word's places are all in the text
+    # _SHORT blanks before (a short word's places are all in the text), one between bodies and after: one copy
+    joined = b" ".join([b" " * (_SHORT - 1), *bodies, b""])
     cls = np.frombuffer(joined.translate(_CLASSES), np.int8)
     split = cls == 0
     # where a word starts and where the blanks after it start, in turn: `joined` starts and ends with a blank
@@ -60,7 +61,9 @@ _PLACE = np.uint64(0xFF)
 _FIRST = np.array([0, 0, 0, 0, 0, 0, 16, 8, 0], np.uint64)  # by length: the bit its first byte starts at
 _INSIDE = np.array([0] * 6 + [(1 << 64) - (1 << b) for b in (16, 8, 0)], np.uint64)  # by length: its places
 _DIGITS_AT = _INSIDE & np.uint64(int.from_bytes(bytes([0x80, 0x80, 0x80, 0, 0x80, 0x80, 0x80, 0x80]), "little"))
-_POWERS = np.array([1e6, 1e5, 1e4, 0, 1e3, 1e2, 1e1, 1])  # by place: its digit's power of ten in the mantissa
+_BEFORE, _AFTER = np.uint64(0xFFFFFF), np.uint64(0xFFFFFFFF << 32)  # places 0-2 (before the '.'), 4-7 (after)
+_PAIRS = np.uint64(0x000000FF000000FF)  # places 0 and 4
+_BY_100, _BY_1 = np.uint64(100 + (1000000 << 32)), np.uint64(1 + (10000 << 32))  # pairs 0, 4 and 2, 6 to their powers
 
 
 def _short(joined: bytes, last: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -75,7 +78,12 @@ def _short(joined: bytes, last: np.ndarray, length: np.ndarray) -> tuple[np.ndar
     need = _DIGITS_AT[length] & ~(minus.astype(np.uint64) << (_FIRST[length] + np.uint64(7)))
     ok = (w & (_PLACE << np.uint64(24)) == _DOT) & (other & need == 0)
     digits = x & (((~other & _HIGH) >> np.uint64(7)) * _PLACE) & _INSIDE[length]  # each digit's value in its place
-    values = digits.astype("<u8", copy=False).view(np.uint8).reshape(-1, 8) @ _POWERS / 1e4
+    # the places before the '.' moved up one over it: an 8-digit number, place 0 its highest, the word's mantissa;
+    # summed in three steps of pairs (SWAR: each step's sums fit their places, so nothing carries between them)
+    m = ((digits & _BEFORE) << np.uint64(8)) | (digits & _AFTER)
+    m = m * np.uint64(10) + (m >> np.uint64(8))  # places 0, 2, 4, 6: two digits' value
+    m = ((m & _PAIRS) * _BY_100 + ((m >> np.uint64(16)) & _PAIRS) * _BY_1) >> np.uint64(32)
+    values = m.astype(np.float64) / 1e4
     np.negative(values, out=values, where=minus)
     return values, ok
 

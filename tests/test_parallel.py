@@ -11,6 +11,7 @@ import pytest
 import attncheck
 from attncheck.dump import parts as parts_module
 from attncheck.dump import pool as pool_module
+from attncheck.dump import repeats
 from conftest import FIXTURES, attncheck as run
 from dumpedit import DumpEdit
 
@@ -107,6 +108,25 @@ def test_a_file_is_cut_where_a_stream_is(tmp_path, size):
     assert mapped == streamed and len(mapped) > 2
     assert all(p.data is None for p in spans)  # spans of the file, not copies of it
     assert b"".join(t for t, _, _ in mapped) == path.read_bytes()
+
+
+def test_a_part_read_before_the_next_cut_hands_its_line_count_over(tmp_path):
+    """Read in this process, a part's reader (dump/repeats.py's made) counts its newlines for the cut, which then
+    does not count them again: the parts' first lines are the same either way, and the count was handed over."""
+    path = tmp_path / "runs.txt"
+    path.write_bytes((FIXTURES / "gpt2-long.txt").read_bytes() * 4)
+    with open(path, "rb") as f:
+        counted = [(p.text(), p.first_line, p.final) for p in parts_module.parts(f, 3000)]
+    repeats._templates.clear()  # the parts are made from templates or read node by node, as they come
+    with open(path, "rb") as f:
+        read, handed = [], 0
+        for p in parts_module.parts(f, 3000):
+            pool_module.gather_part(p, str(path), None, lambda ev, source, layers: ev.index)
+            handed += bool(p.newlines)
+            read.append((p.text(), p.first_line, p.final))
+    assert read == counted and len(read) > 3
+    assert handed >= len(read) - 2  # all but the last (no next cut) and any part made() declines
+    assert all(line == 1 + b"".join(t for t, _, _ in read[:i]).count(b"\n") for i, (_, line, _) in enumerate(read))
 
 
 def test_stdin_is_read_in_parts_too():

@@ -35,6 +35,9 @@ class Part(NamedTuple):
     path: str | None = None
     span: tuple[int, int] = (0, 0)  # [start, end) in bytes
     stream: BinaryIO | None = None  # the rest of a stream that could not be cut (read in this process)
+    # the newlines in the part's bytes, put here by its reader (dump/repeats.py's made) when it read the part in this
+    # process before the next part was cut, so that the cut need not count them again to number the next part's lines
+    newlines: list[int] | None = None
 
     @property
     def size(self) -> int:
@@ -139,8 +142,9 @@ def _file_parts(stream: BinaryIO, path: str, size: int) -> Iterator[Part]:
             if cut < 0:
                 break
             cut += 1
-            yield Part(None, line, False, path, (pos, cut))
-            line += int(np.count_nonzero(np.frombuffer(mm, np.uint8, cut - pos, pos) == 10))
+            counted: list[int] = []
+            yield Part(None, line, False, path, (pos, cut), newlines=counted)
+            line += counted[0] if counted else int(np.count_nonzero(np.frombuffer(mm, np.uint8, cut - pos, pos) == 10))
             pos, size, last = cut, min(size, LATER), cut - pos
             released = _release(mm, released, pos)
         yield Part(None, line, True, path, (pos, total))

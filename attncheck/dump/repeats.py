@@ -116,17 +116,22 @@ def cut(text: bytes) -> list[_Span] | None:
     return out
 
 
-def foreseen(text: bytes) -> list[_Span] | None:
+def line_starts(text: bytes) -> np.ndarray:
+    """[lines + 1] where each line of the text starts, and where the text ends after its last newline."""
+    return np.concatenate(([0], np.flatnonzero(np.frombuffer(text, np.uint8) == 10) + 1))
+
+
+def foreseen(text: bytes, starts: np.ndarray | None = None) -> list[_Span] | None:
     """The part's evaluations, cut without searching the text for headers: each span a template's, whose header
     lines are byte for byte on the lines the template has them on, counted from the span's first line, and all
     spans of one graph start, as `cut` cuts. `evaluations` then asks each span's skeleton to be its template's;
     then `_PREFIX` is in those header lines alone (`template` counted it in the skeleton), the slow way finds these
     headers and no other, and `cut` would have cut the same spans. None when a line is not a template's header line
-    where one would be (`cut` then searches)."""
+    where one would be (`cut` then searches). starts: line_starts(text), when the caller has it."""
     if not _templates:
         return None
-    # [lines + 1] where each line starts, and where the text ends after its last newline
-    starts = np.concatenate(([0], np.flatnonzero(np.frombuffer(text, np.uint8) == 10) + 1))
+    if starts is None:
+        starts = line_starts(text)
     out: list[_Span] = []
     k, at, start = 0, 0, None  # the span's first line and byte
     while at < len(text):
@@ -183,8 +188,12 @@ def made(part: Part, source: str) -> tuple[list[Evaluation] | None, list[_Span |
     if frame is None:
         return None, None, []
     core, tail = text[frame.lead:frame.tail], text[frame.tail:]
-    line = part.first_line + text.count(b"\n", 0, frame.lead)
-    spans = _ending(foreseen(core), tail)
+    lead = text.count(b"\n", 0, frame.lead)
+    line = part.first_line + lead
+    starts = line_starts(core)
+    if part.newlines is not None:  # the cut, waiting to number the next part's lines, need not count them again
+        part.newlines.append(lead + len(starts) - 1 + tail.count(b"\n"))
+    spans = _ending(foreseen(core, starts), tail)
     evs = evaluations(spans, line, part.final, frame.runs) if spans is not None else None
     if evs is None:
         spans = _ending(cut(core), tail)
@@ -194,7 +203,7 @@ def made(part: Part, source: str) -> tuple[list[Evaluation] | None, list[_Span |
     if evs is not None:  # a run the log after the print starts: reading asks the last node's whole body for it
         last = evs[-1].nodes[-1]
         return evs, None, frame.runs + (list(_tokens(last.body, last.body_line, source)) if tail else [])
-    after = list(_tokens(tail, line + core.count(b"\n"), source)) if tail else []
+    after = list(_tokens(tail, line + len(starts) - 1, source)) if tail else []
     return None, [None if s.key in _templates else s for s in spans], frame.runs + after
 
 

@@ -29,14 +29,14 @@ def _write_as_llama(fd: int, data: bytes, size: int = 13, every: int = 64) -> in
 
 
 class _Counted:
-    """The pipe's buffered reader, counting the reads Paced asks of it."""
+    """The pipe's buffered reader, counting the reads the paced reader asks of it."""
 
     def __init__(self, inner):
         self.inner, self.reads = inner, 0
 
-    def read1(self, n):
+    def readinto1(self, b):
         self.reads += 1
-        return self.inner.read1(n)
+        return self.inner.readinto1(b)
 
     def fileno(self):
         return self.inner.fileno()
@@ -49,7 +49,7 @@ def test_a_pipe_written_a_number_at_a_time_is_read_whole_in_few_reads():
     writes: list[int] = []
     writer = threading.Thread(target=lambda: writes.append(_write_as_llama(w, data)))
     writer.start()
-    stream = pipe.Paced(counted)
+    stream = pipe.paced(counted)
     got = b"".join(iter(lambda: stream.read(1 << 16), b""))
     writer.join()
     assert got == data
@@ -59,7 +59,7 @@ def test_a_pipe_written_a_number_at_a_time_is_read_whole_in_few_reads():
 
 def test_a_read_returns_what_it_asks_for_fewer_only_at_the_end():
     r, w = os.pipe()
-    stream = pipe.Paced(os.fdopen(r, "rb"))
+    stream = pipe.paced(os.fdopen(r, "rb"))
     writer = threading.Thread(target=_write_as_llama, args=(w, b"x" * 100_000, 1000, 1))
     writer.start()
     sizes = [len(stream.read(30_000)) for _ in range(5)]
@@ -72,7 +72,7 @@ def test_only_a_pipe_is_paced(tmp_path):
         assert pipe.paced(f) is f  # a file: mapped and cut as it is (parts.regular_size needs its name and tell)
     r, w = os.pipe()
     with os.fdopen(r, "rb") as f:
-        assert isinstance(pipe.paced(f), pipe.Paced)
+        assert isinstance(pipe.paced(f).raw, pipe._Paced)
     os.close(w)
 
 

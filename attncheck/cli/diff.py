@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import click
 
+from ..dump.pipe import paced
 from ..errors import DumpError, ModelError
 from .common import (TOLERANCE, combine, console as make_console, fail, html_option, jobs_option, json_option,
                      junit_option, to_stdout, warn, write_html, write_json, write_junit)
@@ -21,7 +22,7 @@ def spooled(*paths: str):
         yield paths, tuple(None for _ in paths)
         return
     with tempfile.NamedTemporaryFile(prefix="attncheck-stdin-", suffix=".txt") as f:
-        shutil.copyfileobj(sys.stdin.buffer, f, 1 << 20)
+        shutil.copyfileobj(paced(sys.stdin.buffer), f, 1 << 20)  # a pipe in few, large reads (dump/pipe.py)
         f.flush()
         yield tuple(f.name if p == "-" else p for p in paths), tuple("<stdin>" if p == "-" else None for p in paths)
 

@@ -9,6 +9,7 @@ more is followed by the next at once.
 """
 from __future__ import annotations
 
+import io
 import os
 import stat
 import time
@@ -38,9 +39,9 @@ def enlarge(fd: int) -> None:
         pass
 
 
-class Paced:
-    """A binary stream over a buffered pipe reader: read(n) returns n bytes, fewer only at the end, as the reader it
-    wraps does, gathered in reads of what the pipe holds with PAUSE between those that found little."""
+class _Paced(io.RawIOBase):
+    """The raw reads under paced()'s buffered reader: each takes what the pipe holds (what the reader it wraps has
+    buffered first), and one that found less than SMALL bytes waits PAUSE before the next."""
 
     def __init__(self, inner: BinaryIO):
         self._inner = inner
@@ -48,27 +49,23 @@ class Paced:
         self.name = getattr(inner, "name", "<stream>")
         enlarge(inner.fileno())
 
-    def read(self, n: int = -1) -> bytes:
-        chunks: list[bytes] = []
-        got = 0
-        while n < 0 or got < n:
-            if self._small:
-                time.sleep(PAUSE)
-            data = self._inner.read1(PIPE if n < 0 else n - got)  # type: ignore[attr-defined]
-            if not data:
-                break
-            chunks.append(data)
-            got += len(data)
-            self._small = len(data) < SMALL
-        return b"".join(chunks)
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self._small:
+            time.sleep(PAUSE)
+        n = self._inner.readinto1(b)  # type: ignore[attr-defined]
+        self._small = n < SMALL
+        return n
 
     def fileno(self) -> int:
         return self._inner.fileno()
 
-    def close(self) -> None:
-        self._inner.close()
-
 
 def paced(stream: BinaryIO) -> BinaryIO:
-    """The stream, paced when it reads a pipe (a file or a terminal is read as it is)."""
-    return Paced(stream) if is_pipe(stream) and hasattr(stream, "read1") else stream  # type: ignore[return-value]
+    """The stream, read through a paced pipe reader when it is a pipe (a file or a terminal is read as it is). Its
+    read(n) returns n bytes, fewer only at the end, read into the result it returns as they come (no copies held)."""
+    if not is_pipe(stream) or not hasattr(stream, "readinto1"):
+        return stream
+    return io.BufferedReader(_Paced(stream), SMALL)  # type: ignore[return-value]

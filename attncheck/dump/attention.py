@@ -4,7 +4,7 @@ to."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -39,6 +39,9 @@ class Site:
     q: Node | None
     kqv: Node | None
     v: Node | None
+    # what its nodes' headers and sources fix, found once: a site made again from a template (dump/repeats.py)
+    # keeps its nodes, and their headers and sources, with new lines and bodies
+    _fixed: tuple | None = field(default=None, repr=False)
 
     @property
     def n_kv(self) -> int:
@@ -84,10 +87,12 @@ class Site:
 
     def info(self) -> "SiteInfo":
         """What the checks keep of the site: its sizes and its nodes' names and lines (no bodies, no graph)."""
-        ref = lambda n: None if n is None else n.ref  # noqa: E731
-        return SiteInfo(self.layer, self.H, self.H_kv, self.T, self.n_kv, self.D_h, self.kv_cached,
-                        self.softmax.ref, ref(self.scores), ref(self.kq), ref(self.kqv), ref(self.v),
-                        ref(self.q_scale_node()))
+        if self._fixed is None:
+            self._fixed = ((self.layer, self.H, self.H_kv, self.T, self.n_kv, self.D_h, self.kv_cached),
+                           (self.scores, self.kq, self.kqv, self.v, self.q_scale_node()))
+        sizes, (scores, kq, kqv, v, q_scale) = self._fixed
+        return SiteInfo(*sizes, self.softmax.ref, scores and scores.ref, kq and kq.ref, kqv and kqv.ref, v and v.ref,
+                        q_scale and q_scale.ref)
 
     def steps(self) -> list[Node]:
         """The printed nodes between kq and SOFT_MAX, in graph order (soft-capping, a score bias ADD)."""

@@ -239,8 +239,12 @@ def evaluations(spans: list[_Span], first_line: int, final: bool, runs: list[Run
                      for h, at, body, plain in zip(t.headers, t.lines, s.bodies, t.plain)]
         else:  # the nodes of this template's last evaluation, which its reader handed back (`release`)
             _, nodes, found = spare
-            for node, at, body, plain in zip(nodes, t.lines, s.bodies, t.plain):
-                node.line, node.body, node.body_line, node.plain = line + at, body, line + at + 1, plain
+            for node, at, body in zip(nodes, t.lines, s.bodies):
+                at += line
+                node.line = at
+                node.body = body
+                node.body_line = at + 1
+            nodes[-1].plain = t.plain[-1]  # the others are the template's still: only a tail (below) changes one
         if s.tail:  # log text after the print: reading gives it to the last node, and notes it unless the print fits
             nodes[-1].body += s.tail
             nodes[-1].plain = False

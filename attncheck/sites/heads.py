@@ -303,9 +303,10 @@ def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | 
         else:
             V_h = np.zeros((len(heads), len(dims), len(slots)))
             V_h[kv_printed] = V.values[0, rows]
+    info = site.info()
     return SiteView(
-        site=site.info(),
-        geometry=Geometry(n_past, site.T, site.n_kv, site.kv_cached),
+        site=info,
+        geometry=Geometry(n_past, info.T, info.n_kv, info.kv_cached),
         heads=heads,
         queries=queries,
         slots=slots,

@@ -7,8 +7,8 @@ llama.cpp prints, along every dimension of more than 6 entries, only the first 3
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,9 +41,8 @@ def printed_indices(n: int) -> np.ndarray:
     return np.array([*range(EDGE), *range(n - EDGE, n)])
 
 
-@dataclass(frozen=True)
-class Sample:
-    """The printed part of a tensor.
+class Sample(NamedTuple):
+    """The printed part of a tensor (a NamedTuple: one is made for every parsed node of every evaluation).
 
     values: [n3, n2, n1, n0] printed values, numpy order of GGML's (i3, i2, i1, i0);
     index:  the logical indices printed along each of those four axes;

@@ -8,6 +8,8 @@ import numpy as np
 # parse_sample turns into spaces), 1 a digit, 2 '.', 3 '-', 4 any other byte
 _CLASSES = bytes(0 if c in b" \t\n\r\x0b\x0c[],=" else 1 if c in b"0123456789" else 2 if c == ord(".")
                  else 3 if c == ord("-") else 4 for c in range(256))
+_CLASS = np.frombuffer(_CLASSES, np.int8)  # the same, looked up by numpy
+_WORD = bytes(c != 0 for c in _CLASSES)  # per byte: 1 when in a word (read as a bool)
 _VALUE = np.array([c - ord("0") if c in b"0123456789" else 0 for c in range(256)], np.uint8)  # a digit's value, else 0
 # a word's code: the sum over its bytes counts its '.' (units), '-' (64s) and other bytes (4096s), digits nothing;
 # unambiguous for words of at most _LONGEST bytes
@@ -27,10 +29,9 @@ def words_as_floats(bodies: list[bytes]) -> tuple[np.ndarray, list[int], np.ndar
     less than 1000 in magnitude, read by their bytes' places from the word's end (_short); the rest byte by byte."""
     # _SHORT blanks before (a short word's places are all in the text), one between bodies and after: one copy
     joined = b" ".join([b" " * (_SHORT - 1), *bodies, b""])
-    cls = np.frombuffer(joined.translate(_CLASSES), np.int8)
-    split = cls == 0
+    word = np.frombuffer(joined.translate(_WORD), np.bool_)
     # where a word starts and where the blanks after it start, in turn: `joined` starts and ends with a blank
-    edges = np.flatnonzero(split[:-1] != split[1:]) + 1
+    edges = np.flatnonzero(word[:-1] != word[1:]) + 1
     starts = edges[0::2]
     length = edges[1::2] - starts
     raw = np.frombuffer(joined, np.uint8)
@@ -44,7 +45,7 @@ def words_as_floats(bodies: list[bytes]) -> tuple[np.ndarray, list[int], np.ndar
     dropped[three] = ((a == ord(".")) & (b == ord(".")) & (c == ord("."))) | \
         ((a == ord("s")) & (b == ord("u")) & (c == ord("m")))
     rest = np.flatnonzero(~good & ~dropped)
-    values[rest], good[rest] = _any_words(raw, cls, starts[rest], length[rest])
+    values[rest], good[rest] = _any_words(raw, starts[rest], length[rest])
     keep = ~dropped
     bounds = np.cumsum([_SHORT] + [len(b) + 1 for b in bodies])  # each body's first byte in `joined`
     words = np.diff(np.searchsorted(starts[keep], bounds)).tolist()
@@ -67,17 +68,18 @@ _BY_100, _BY_1 = np.uint64(100 + (1000000 << 32)), np.uint64(1 + (10000 << 32)) 
 
 
 def _short(joined: bytes, last: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Words of 6 to _SHORT bytes ending at `last`: each one's value, and whether it is -?D+.DDDD (then the value is
-    its mantissa, an exact integer, over 10^4, as _any_words computes it). Each word's window is read in one
-    unaligned load, and its places tested all at once."""
+    """Words of 6 to _SHORT bytes ending at `last`: whether each is -?D+.DDDD, and the value of each that is (its
+    mantissa, an exact integer, over 10^4, as _any_words computes it; the others' are no value, and are read again
+    there). Each word's window is read in one unaligned load, and its places tested all at once."""
     windows = np.ndarray((len(joined) - 7,), "<u8", joined, strides=(1,))  # [bytes - 7] 8 bytes from each byte on
     w = windows[last - 7]
     x = w ^ _ZEROS
     other = (((x & _LOW7) + _TENS) | x) & _HIGH  # a place's high bit: not a digit
-    minus = (length > 6) & ((w >> _FIRST[length]) & _PLACE == ord("-"))  # '-' first: one digit fewer before '.'
-    need = _DIGITS_AT[length] & ~(minus.astype(np.uint64) << (_FIRST[length] + np.uint64(7)))
+    first = _FIRST[length]
+    minus = (length > 6) & ((w >> first) & _PLACE == ord("-"))  # '-' first: one digit fewer before '.'
+    need = _DIGITS_AT[length] & ~(minus.astype(np.uint64) << (first + np.uint64(7)))  # the places digits must be in
     ok = (w & (_PLACE << np.uint64(24)) == _DOT) & (other & need == 0)
-    digits = x & (((~other & _HIGH) >> np.uint64(7)) * _PLACE) & _INSIDE[length]  # each digit's value in its place
+    digits = x & ((need >> np.uint64(7)) * _PLACE)  # where ok, each digit's value in its place and 0 elsewhere
     # the places before the '.' moved up one over it: an 8-digit number, place 0 its highest, the word's mantissa;
     # summed in three steps of pairs (SWAR: each step's sums fit their places, so nothing carries between them)
     m = ((digits & _BEFORE) << np.uint64(8)) | (digits & _AFTER)
@@ -88,15 +90,14 @@ def _short(joined: bytes, last: np.ndarray, length: np.ndarray) -> tuple[np.ndar
     return values, ok
 
 
-def _any_words(raw: np.ndarray, cls: np.ndarray, starts: np.ndarray, length: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
+def _any_words(raw: np.ndarray, starts: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Words of any kind, byte by byte: each one's value, and whether it is a print words_as_floats accepts."""
     if not len(starts):
         return np.zeros(0), np.zeros(0, bool)
     first = np.cumsum(length) - length  # each word's first byte among their bytes run together
     at = np.arange(int(length.sum()))
     inside = np.repeat(starts - first, length) + at  # each of those bytes' place in `joined`
-    c = cls[inside]
+    c = _CLASS[raw[inside]]
     code = np.add.reduceat(_CODE[c], first)
     dots, minus = code % 64, code // 64 % 64
     dot = np.flatnonzero(c == 2)

@@ -113,3 +113,26 @@ def test_atol_rtol_replace_the_derived_bounds():
                 assert c["worst"] == {"head": h, "query": t, last: x} and c["bound"] == 1e-5
             else:
                 assert c["passed"], c  # masked weights print exactly 0; the sum is within 1e-5 of T·H
+
+
+@pytest.mark.parametrize("name", ["gpt2-how-are-you.txt", "llama-gqa-how-are-you.txt", "gpt2-kv-f32.txt", "old-llama-gqa-how-are-you.txt"])
+def test_a_site_view_has_every_field_its_class_declares(name):
+    """heads.site_view fills a SiteView's fields without its __init__ (as `placed` copies one): each view holds
+    exactly the declared fields, and equals the view the dataclass would make of them. GQA (llama) reads a printed
+    V head per query head; gpt2's heads read V's printed heads as they are."""
+    import dataclasses
+
+    import numpy as np
+
+    from attncheck.check.gather import gather
+    from attncheck.sites.heads import SiteView
+
+    names = [f.name for f in dataclasses.fields(SiteView)]
+    views = [p.view for ev in attncheck.read_dump(FIXTURES / name).evaluations() for p in gather(ev, name).pending]
+    assert views
+    for view in views:
+        assert list(vars(view)) == names
+        made = SiteView(**vars(view))
+        for f in names:
+            a, b = getattr(view, f), getattr(made, f)
+            assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), f

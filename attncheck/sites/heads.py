@@ -279,6 +279,16 @@ def _kv_rows(H: int, H_kv: int) -> tuple[np.ndarray, np.ndarray]:
     return printed, rows
 
 
+@lru_cache(maxsize=256)
+def _rows_in_order(rows: bytes, n: int) -> bool:
+    return np.array_equal(np.frombuffer(rows, np.int64), np.arange(n))
+
+
+def _in_order(rows: np.ndarray, n: int) -> bool:
+    """The rows are 0, 1, ... n - 1: V's printed heads as they are (a view of them, not a copy)."""
+    return len(rows) == n and _rows_in_order(rows.tobytes(), n)
+
+
 def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | None, V: Sample | None,
               source: str) -> SiteView:
     """Align the printed samples of a site by logical head, query, slot and dim."""
@@ -299,12 +309,15 @@ def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | 
             raise DumpError(source, V.node.line, f"{H} query heads cannot share {H_kv} KV heads")
         kv_printed, rows = _kv_rows(H, H_kv)
         if len(rows) == len(heads):  # every printed head's KV head was printed
-            V_h = V.values[0, rows]
+            V_h = V.values[0] if _in_order(rows, V.values.shape[1]) else V.values[0, rows]
         else:
             V_h = np.zeros((len(heads), len(dims), len(slots)))
             V_h[kv_printed] = V.values[0, rows]
     info = site.info()
-    return SiteView(
+    # made as `placed` copies one, every field set in its __dict__: a frozen dataclass's __init__ sets each through
+    # object.__setattr__, which cost as much as the rest of this function (tests/test_dumps.py holds the fields)
+    view = object.__new__(SiteView)
+    view.__dict__.update(
         site=info,
         geometry=Geometry(n_past, info.T, info.n_kv, info.kv_cached),
         heads=heads,
@@ -322,6 +335,7 @@ def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | 
         sums=P.sums,
         P_all=P.values,
     )
+    return view
 
 
 def select_heads(view: SiteView, heads: set[int]) -> SiteView:

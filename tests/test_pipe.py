@@ -67,7 +67,7 @@ def test_a_read_returns_what_it_asks_for_fewer_only_at_the_end():
     assert sizes == [30_000, 30_000, 30_000, 10_000, 0]
 
 
-def test_only_a_pipe_is_paced(tmp_path):
+def test_only_a_pipe_is_paced():
     with open(DUMP, "rb") as f:
         assert pipe.paced(f) is f  # a file: mapped and cut as it is (parts.regular_size needs its name and tell)
     r, w = os.pipe()

@@ -15,7 +15,7 @@ from collections import deque
 from functools import lru_cache
 from typing import BinaryIO
 
-from ..dump.pipe import PAUSE, SMALL, enlarge
+from ..dump.pipe import Pace, enlarge
 from ..errors import DumpError, ModelError
 
 BINARY = "llama-eval-callback"
@@ -114,7 +114,7 @@ class Tee:
         self._head: list[bytes] = []  # the first lines: a 2024 build says what it refused, then prints its usage
         self._head_lines = tail_lines
         self._eof = False
-        self._small = False  # the last read found less than SMALL bytes: the next waits PAUSE (dump/pipe.py)
+        self._pace = Pace()  # llama.cpp writes each number on its own: let the pipe fill rather than wake per write
         enlarge(self._fd)
         self.name = BINARY
         self.stalled: DumpError | None = None
@@ -144,14 +144,13 @@ class Tee:
     def _next(self, n: int, wait: float | None) -> bytes | None:
         """Up to n bytes; None when `wait` passed without any; b"" at the end (the pipe closed, a stall, or the
         process gone GRACE seconds while something else holds the pipe)."""
-        if self._small:  # llama.cpp writes each number on its own: let the pipe fill rather than wake per write
-            time.sleep(PAUSE)
+        self._pace.wait()
         quiet_since = exited = time.monotonic()
         while True:
             ready, _, _ = select.select([self._fd], [], [], min(wait, 1.0) if wait is not None else 1.0)
             if ready:
                 data = os.read(self._fd, n)
-                self._small = len(data) < SMALL
+                self._pace.read(len(data))
                 return data
             now = time.monotonic()
             if wait is not None and now - quiet_since >= wait:

@@ -39,13 +39,30 @@ def enlarge(fd: int) -> None:
         pass
 
 
+class Pace:
+    """When a pipe is read next: at once after a read that found SMALL bytes or more, PAUSE later after one that found
+    less (paced()'s reads here, `attncheck run`'s in cli/llama.py)."""
+
+    def __init__(self) -> None:
+        self._small = False
+
+    def wait(self) -> None:
+        """Before a read: let the pipe fill if the last read found little."""
+        if self._small:
+            time.sleep(PAUSE)
+
+    def read(self, n: int) -> None:
+        """After a read of n bytes."""
+        self._small = n < SMALL
+
+
 class _Paced(io.RawIOBase):
     """The raw reads under paced()'s buffered reader: each takes what the pipe holds (what the reader it wraps has
     buffered first), and one that found less than SMALL bytes waits PAUSE before the next."""
 
     def __init__(self, inner: BinaryIO):
         self._inner = inner
-        self._small = False
+        self._pace = Pace()
         self.name = getattr(inner, "name", "<stream>")
         enlarge(inner.fileno())
 
@@ -53,10 +70,9 @@ class _Paced(io.RawIOBase):
         return True
 
     def readinto(self, b) -> int:
-        if self._small:
-            time.sleep(PAUSE)
+        self._pace.wait()
         n = self._inner.readinto1(b)  # type: ignore[attr-defined]
-        self._small = n < SMALL
+        self._pace.read(n)
         return n
 
     def fileno(self) -> int:

@@ -266,9 +266,11 @@ class Under:
 
 
 @lru_cache(maxsize=256)
-def _kv_rows(H: int, H_kv: int) -> tuple[np.ndarray, np.ndarray]:
-    """[h] whether the KV head of each printed query head (of H) was printed (of H_kv), and [h'] the printed row of V
-    each of those reads (the first, as Sample.position); read-only, shared by the sites of one shape."""
+def _kv_rows(H: int, H_kv: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """[h] whether the KV head of each printed query head (of H) was printed (of H_kv), [h'] the printed row of V
+    each of those reads (the first, as Sample.position), and whether those rows are V's printed rows as they are
+    (0, 1, ... each once: then V's values are taken as a view, not copied); read-only, shared by the sites of one
+    shape."""
     at: dict[int, int] = {}
     for g, kv in enumerate(printed_indices(H_kv).tolist()):
         at.setdefault(kv, g)
@@ -276,17 +278,7 @@ def _kv_rows(H: int, H_kv: int) -> tuple[np.ndarray, np.ndarray]:
     printed, rows = np.array([g >= 0 for g in where], bool), np.array([g for g in where if g >= 0], np.int64)
     printed.setflags(write=False)
     rows.setflags(write=False)
-    return printed, rows
-
-
-@lru_cache(maxsize=256)
-def _rows_in_order(rows: bytes, n: int) -> bool:
-    return np.array_equal(np.frombuffer(rows, np.int64), np.arange(n))
-
-
-def _in_order(rows: np.ndarray, n: int) -> bool:
-    """The rows are 0, 1, ... n - 1: V's printed heads as they are (a view of them, not a copy)."""
-    return len(rows) == n and _rows_in_order(rows.tobytes(), n)
+    return printed, rows, rows.tolist() == list(range(len(at)))
 
 
 def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | None, V: Sample | None,
@@ -307,9 +299,9 @@ def site_view(site: Site, n_past: int, P: Sample, S: Sample | None, O: Sample | 
         H, H_kv = site.H, V.node.ne[2]
         if H_kv == 0 or H % H_kv:
             raise DumpError(source, V.node.line, f"{H} query heads cannot share {H_kv} KV heads")
-        kv_printed, rows = _kv_rows(H, H_kv)
+        kv_printed, rows, in_order = _kv_rows(H, H_kv)
         if len(rows) == len(heads):  # every printed head's KV head was printed
-            V_h = V.values[0] if _in_order(rows, V.values.shape[1]) else V.values[0, rows]
+            V_h = V.values[0] if in_order else V.values[0, rows]
         else:
             V_h = np.zeros((len(heads), len(dims), len(slots)))
             V_h[kv_printed] = V.values[0, rows]

@@ -137,6 +137,61 @@ def test_rope_neox_rotates_halves():
     np.testing.assert_allclose(y, want, atol=1e-5)
 
 
+@pytest.mark.parametrize("base, n_dims", [(100000.0, 64), (10000.0, 64), (10000.0, 128), (1e6, 256)])
+def test_rope_theta_scale_is_powf_correctly_rounded(base, n_dims):
+    """ggml's powf(base, -2.0f/n_dims), as glibc gives it: the f32 nearest the exact power. numpy's own f32 power is an
+    ulp off for (100000, 64), SmolLM2's, and (10000, 64), which made --model fail layer 0's RoPE at position 620."""
+    from decimal import Decimal, getcontext
+
+    getcontext().prec = 40
+    e = F32(-2.0) / F32(n_dims)
+    exact = Decimal(float(F32(base))) ** Decimal(float(e))
+    nearest = F32(float(exact))
+    assert blocks._theta_scale(base, n_dims) == nearest
+    below, above = np.nextafter(nearest, F32(0)), np.nextafter(nearest, F32(1))
+    assert abs(Decimal(float(nearest)) - exact) <= min(abs(Decimal(float(below)) - exact),
+                                                       abs(Decimal(float(above)) - exact))
+
+
+def _rope_cache(positions, n_dims, theta_scale, freq_scale, factors, ulps):
+    """ggml_rope_cache_init's cos and sin, computed as ggml-cpu computes them (θ multiplied by theta_scale in f32,
+    divided by the freq factor, times freq_scale), each result then moved `ulps` ulps as another libm's could be."""
+    half = n_dims // 2
+    theta = np.empty((len(positions), half), F32)
+    cur = np.asarray(positions, F32)
+    for i in range(half):
+        theta[:, i] = cur
+        cur = (cur * theta_scale).astype(F32)
+    if factors is not None:
+        theta = (theta / factors).astype(F32)
+    theta = (F32(freq_scale) * theta).astype(F32)
+    cos, sin = np.cos(theta.astype(np.float64)).astype(F32), np.sin(theta.astype(np.float64)).astype(F32)
+    move = lambda a: np.nextafter(a, np.copysign(np.inf, ulps) * np.ones_like(a)) if ulps else a  # noqa: E731
+    return move(cos), move(sin)
+
+
+@pytest.mark.parametrize("base, n_dims, freq_scale, with_factors", [
+    (100000.0, 64, 1.0, False), (10000.0, 64, 1.0, False), (10000.0, 128, 0.25, False), (500000.0, 128, 1.0, True)])
+def test_rope_angle_error_bounds_a_libm_an_ulp_off(base, n_dims, freq_scale, with_factors):
+    """blocks.rope_angle_error against what a build whose powf is an ulp off either way, and whose cosf and sinf are
+    an ulp off, gives at positions up to 8191; without its i·2^-22 term the bound does not hold."""
+    pos = np.arange(8192)
+    factors = np.linspace(1.0, 8.0, n_dims // 2).astype(F32) if with_factors else None
+    ts = blocks._theta_scale(base, n_dims)
+    ref_cos, ref_sin = _rope_cache(pos, n_dims, ts, freq_scale, factors, 0)
+    bound = blocks.rope_angle_error(pos, n_dims, base, freq_scale, factors)
+    err = np.zeros_like(bound)
+    for off, ulps in ((F32(0), 1), (F32(1), -1), (F32(0), -1)):
+        cos, sin = _rope_cache(pos, n_dims, np.nextafter(ts, off), freq_scale, factors, ulps)
+        err = np.maximum(err, np.maximum(np.abs(cos.astype(np.float64) - ref_cos),
+                                         np.abs(sin.astype(np.float64) - ref_sin)))
+    assert (err <= bound).all()
+    assert (err / bound).max() > 0.2  # not vacuous
+    theta = pos[:, None] * np.float64(ts) ** np.arange(n_dims // 2) * freq_scale
+    theta = theta / factors if factors is not None else theta
+    assert not (err <= bound - theta * np.arange(n_dims // 2) * 2.0**-22).all()
+
+
 def test_steps_of_each_format():
     x = np.array([[1.0] * 31 + [127.0]], dtype=F32)
     assert steps.step(x, "q8_0")[0, 0] == pytest.approx(1.0)

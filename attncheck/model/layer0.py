@@ -30,11 +30,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
+from .blocks import rope_angle_error
 from .matmul import convert, vec_dot_type
 from .numerics import KV_QT, block_mins, store
 from .steps import UNIT, deviation, q8_1_sum_deviation
 
 U32 = 2.0**-24  # f32 unit roundoff
+F64 = np.float64
 PROJECTIONS = {"Qcur": "attn_q", "Kcur": "attn_k", "Vcur": "attn_v"}
 # weight types whose blocks hold symmetric integers (no min, no sub-block scales): their dot product's float terms are
 # scaled lane sums of integer products (Layer0._grouped)
@@ -251,14 +253,18 @@ class Layer0:
                     raw = raw + 3 * U32 * np.abs(r.get(0, name + "@norm"))
                 out[name + "@norm"] = raw
                 out[name] = out[name + "@normw"] = wn * raw + (U32 * np.abs(r.get(0, name + "@normw")) if noise else 0)
-        for name in ("Qcur", "Kcur") if hp.rope_dim else ():  # RoPE mixes each pair
+        angle = rope_angle_error(np.arange(t), hp.rope_dim, hp.rope_base(0), hp.rope_freq_scale,  # [T, 1, rope_dim/2]
+                                 m.tensor("rope_freqs.weight") if m.has("rope_freqs.weight") else None)[:, None] \
+            if hp.rope_dim and noise else None  # how far RoPE's cos and sin may lie from the reference's
+        for name in ("Qcur", "Kcur") if hp.rope_dim else ():  # RoPE mixes each pair, by its angle's error too
             a, n = out[name].copy(), hp.rope_dim
-            if hp.forward.positions == "rope_neox":
-                pair = a[..., :n // 2] + a[..., n // 2:n]
-                a[..., :n // 2], a[..., n // 2:n] = pair, pair
-            else:
-                pair = a[..., 0:n:2] + a[..., 1:n:2]
-                a[..., 0:n:2], a[..., 1:n:2] = pair, pair
+            first, second = (slice(0, n // 2), slice(n // 2, n)) if hp.forward.positions == "rope_neox" else \
+                (slice(0, n, 2), slice(1, n, 2))
+            pair = a[..., first] + a[..., second]
+            if angle is not None:  # x: the value RoPE rotates
+                x = np.abs(np.asarray(r.get(0, name + ("@normw" if r.has(0, name + "@norm") else "@proj")), F64))
+                pair = pair + (x[..., first] + x[..., second]) * angle
+            a[..., first], a[..., second] = pair, pair
             out[name] = a
         return out
 

@@ -1,8 +1,8 @@
 """End to end on a real pretrained model: SmolLM2-135M-Instruct in Q4_1 (llama architecture, 30 layers, GQA 9/3,
 Q8_0 token embeddings; fetched from PyPI by scripts/fetch_models.py), through the real llama-eval-callback.
 
-Every correct run passes with `--model`: short and long prompts (to 623 tokens), several ubatches, f32 and quantized KV caches, flash
-attention. A layer-0 Qcur value moved by 0.01 fails, naming the node, position and dim. In layer 15 the deep-layer
+Every correct run passes with `--model`: short and long prompts (to 623 tokens), several ubatches, f32 and
+quantized KV caches, flash attention. A layer-0 Qcur value moved by 0.01 fails, naming the node, position and dim. In layer 15 the deep-layer
 verdict (attncheck/model/bounds.py, attncheck/model/chaos.py) lets much larger single moves through; the smallest move of a Qcur and of a kq
 value that `--model` still catches there, on the 11-token run, is pinned here from both sides.
 """

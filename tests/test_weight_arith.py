@@ -174,7 +174,8 @@ def _rope_cache(positions, n_dims, theta_scale, freq_scale, factors, ulps):
     (100000.0, 64, 1.0, False), (10000.0, 64, 1.0, False), (10000.0, 128, 0.25, False), (500000.0, 128, 1.0, True)])
 def test_rope_angle_error_bounds_a_libm_an_ulp_off(base, n_dims, freq_scale, with_factors):
     """blocks.rope_angle_error against what a build whose powf is an ulp off either way, and whose cosf and sinf are
-    an ulp off, gives at positions up to 8191; without its i·2^-22 term the bound does not hold."""
+    an ulp off, gives at positions up to 8191 (ggml's cache emulated here on its own); without its angles' part
+    the bound does not hold."""
     pos = np.arange(8192)
     factors = np.linspace(1.0, 8.0, n_dims // 2).astype(F32) if with_factors else None
     ts = blocks._theta_scale(base, n_dims)
@@ -186,10 +187,8 @@ def test_rope_angle_error_bounds_a_libm_an_ulp_off(base, n_dims, freq_scale, wit
         err = np.maximum(err, np.maximum(np.abs(cos.astype(np.float64) - ref_cos),
                                          np.abs(sin.astype(np.float64) - ref_sin)))
     assert (err <= bound).all()
-    assert (err / bound).max() > 0.2  # not vacuous
-    theta = pos[:, None] * np.float64(ts) ** np.arange(n_dims // 2) * freq_scale
-    theta = theta / factors if factors is not None else theta
-    assert not (err <= bound - theta * np.arange(n_dims // 2) * 2.0**-22).all()
+    assert (err / bound).max() > 0.5  # not vacuous
+    assert not (err <= 2.0**-23).all()  # the angles' part is needed
 
 
 def test_steps_of_each_format():

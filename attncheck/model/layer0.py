@@ -33,6 +33,7 @@ from gguf import GGMLQuantizationType as QT
 from .blocks import rope_angle_error
 from .matmul import convert, vec_dot_type
 from .numerics import KV_QT, block_mins, store
+from .reference import rope_setting
 from .steps import UNIT, deviation, q8_1_sum_deviation
 
 U32 = 2.0**-24  # f32 unit roundoff
@@ -253,9 +254,8 @@ class Layer0:
                     raw = raw + 3 * U32 * np.abs(r.get(0, name + "@norm"))
                 out[name + "@norm"] = raw
                 out[name] = out[name + "@normw"] = wn * raw + (U32 * np.abs(r.get(0, name + "@normw")) if noise else 0)
-        angle = rope_angle_error(np.arange(t), hp.rope_dim, hp.rope_base(0), hp.rope_freq_scale,  # [T, 1, rope_dim/2]
-                                 m.tensor("rope_freqs.weight") if m.has("rope_freqs.weight") else None)[:, None] \
-            if hp.rope_dim and noise else None  # how far RoPE's cos and sin may lie from the reference's
+        angle = rope_angle_error(np.arange(t), *rope_setting(m, hp, 0))[:, None] if hp.rope_dim and noise else None
+        # [T, 1, rope_dim/2]: how far RoPE's cos and sin may lie from the reference's
         for name in ("Qcur", "Kcur") if hp.rope_dim else ():  # RoPE mixes each pair, by its angle's error too
             a, n = out[name].copy(), hp.rope_dim
             first, second = (slice(0, n // 2), slice(n // 2, n)) if hp.forward.positions == "rope_neox" else \

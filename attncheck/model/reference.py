@@ -178,10 +178,9 @@ class _Pass:
                 self.out[(il, f"{role}@norm")] = self.out.pop((il, f"{role}@normw@norm"))
         if not self.fw.positions.startswith("rope"):
             return q, k
-        hp, pos = self.hp, np.arange(q.shape[0])
-        factors = self.m.tensor("rope_freqs.weight") if self.m.has("rope_freqs.weight") else None
-        neox = self.fw.positions == "rope_neox"
-        r = lambda a: blocks.rope(a, pos, hp.rope_dim, hp.rope_base(il), hp.rope_freq_scale, neox, factors)  # noqa
+        pos, neox = np.arange(q.shape[0]), self.fw.positions == "rope_neox"
+        n_dims, base, freq_scale, factors = rope_setting(self.m, self.hp, il)
+        r = lambda a: blocks.rope(a, pos, n_dims, base, freq_scale, neox, factors)  # noqa: E731
         return r(q), r(k)
 
     def ffn(self, p: str, x: np.ndarray) -> np.ndarray:
@@ -261,6 +260,13 @@ class _Pass:
             steps.append(blocks.scale(steps[-1], hp.final_softcap))
         self.steps[(None, "result_output")] = tuple(steps)
         return steps[-1], cols
+
+
+def rope_setting(model: Model, hp: Hparams, il: int) -> tuple[int, float, float, np.ndarray | None]:
+    """(n_dims, base, freq_scale, freq factors) of layer il's ROPE: what the reference rotates by, and what layer 0's
+    bound on the angles (layer0.py) reads, from one place."""
+    factors = model.tensor("rope_freqs.weight") if model.has("rope_freqs.weight") else None
+    return hp.rope_dim, hp.rope_base(il), hp.rope_freq_scale, factors
 
 
 def _start(model: Model, tokens: Sequence[int], kv_type: str, v_type: str | None, f16_src1: str):
